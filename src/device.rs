@@ -1,0 +1,147 @@
+//! `Device`: a handle to one GPU with its own graph, buffers, pipeline cache and counters.
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, NodeId};
+use crate::runtime::{gpu::Gpu, State};
+use crate::stats::Stats;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// A GPU and everything lazor keeps for it. Cheap to clone (a handle); `Send` and `Sync`.
+///
+/// # Examples
+/// ```no_run
+/// let dev = lazor::Device::new()?;
+/// let t = lazor::Tensor::ones_on([4], &dev) * 2.0;
+/// assert_eq!(t.to_vec(), vec![2.0; 4]);
+/// assert_eq!(dev.stats().submits, 1);
+/// # Ok::<(), lazor::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub gpu: Gpu,
+    state: Mutex<State>,
+    fuse: AtomicBool,
+}
+
+static DEFAULT: OnceLock<Device> = OnceLock::new();
+
+impl Device {
+    /// Opens an independent device on the best adapter: a discrete GPU before an integrated one before a software
+    /// one. `LAZOR_BACKEND` (vulkan, metal, dx12, gl) and `LAZOR_ADAPTER` (part of the adapter's name) narrow the
+    /// choice; `LAZOR_NOFUSE=1` starts it with fusion off.
+    ///
+    /// # Errors
+    /// [`Error::NoAdapter`] when no adapter matches, [`Error::DeviceCreation`] when the adapter refuses,
+    /// [`Error::Env`] for a bad `LAZOR_BACKEND`.
+    pub fn new() -> Result<Device> {
+        let gpu = Gpu::open()?;
+        Ok(Device {
+            inner: Arc::new(Inner {
+                gpu,
+                state: Mutex::new(State::default()),
+                fuse: AtomicBool::new(!crate::env::nofuse()),
+            }),
+        })
+    }
+
+    /// The process-wide device, opened on first use.
+    ///
+    /// # Panics
+    /// If no device can be opened (the message says why); use [`Device::new`] to handle that as an error.
+    #[allow(clippy::should_implement_trait)]
+    #[track_caller]
+    pub fn default() -> Device {
+        if let Some(d) = DEFAULT.get() {
+            return d.clone();
+        }
+        let dev = Device::new().unwrap_or_else(|e| panic!("{e}"));
+        DEFAULT.get_or_init(|| dev).clone()
+    }
+
+    /// What this device has done so far.
+    pub fn stats(&self) -> Stats {
+        self.state().stats
+    }
+
+    /// The adapter's name, e.g. "NVIDIA H200" or "llvmpipe (LLVM 15.0.6, 256 bits)".
+    pub fn adapter_name(&self) -> String {
+        self.inner.gpu.info.name.clone()
+    }
+
+    /// The adapter's backend ("Vulkan", "Metal", ...).
+    pub fn backend(&self) -> String {
+        format!("{:?}", self.inner.gpu.info.backend)
+    }
+
+    /// Turns fusion on (the default) or off (one kernel per op, as with `LAZOR_NOFUSE=1`) for later realizes.
+    pub fn set_fusion(&self, on: bool) {
+        self.inner.fuse.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether later realizes fuse.
+    pub fn fusion(&self) -> bool {
+        self.inner.fuse.load(Ordering::Relaxed)
+    }
+
+    /// Live graph nodes: tensors and the unrealized expressions they need.
+    pub fn live_nodes(&self) -> usize {
+        self.state().graph.len()
+    }
+
+    /// Waits until all work submitted to this device has finished.
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`] if the device was lost.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.gpu.wait()
+    }
+
+    /// The largest tensor, in bytes, one kernel can bind on this device.
+    pub fn max_tensor_bytes(&self) -> u64 {
+        self.inner.gpu.max_binding_bytes()
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Adds a node to the graph.
+    pub(crate) fn add_node(&self, f: impl FnOnce(&mut Graph) -> NodeId) -> NodeId {
+        f(&mut self.state().graph)
+    }
+
+    pub(crate) fn check_same(&self, other: &Device, op: &'static str) -> Result<()> {
+        if self.same(other) {
+            Ok(())
+        } else {
+            Err(Error::DeviceMismatch { op })
+        }
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Self) -> bool {
+        self.same(other)
+    }
+}
+
+impl Eq for Device {}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("adapter", &self.inner.gpu.info.name)
+            .field("backend", &self.inner.gpu.info.backend)
+            .finish()
+    }
+}

@@ -1,0 +1,16 @@
+//! The `LAZOR_*` environment knobs, read in one place. `docs/ENVIRONMENT.md` documents each.
+
+/// The value of `name`, or `None` when unset or empty.
+pub fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// `LAZOR_DEBUG`: 0 silent, 1 one line per realize, 2 also each new kernel's WGSL.
+pub fn debug_level() -> u32 {
+    var("LAZOR_DEBUG").and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+/// `LAZOR_NOFUSE=1`: one kernel per op, the unfused baseline.
+pub fn nofuse() -> bool {
+    var("LAZOR_NOFUSE").is_some_and(|v| v.trim() != "0")
+}

@@ -1,0 +1,167 @@
+//! The per-device expression graph: nodes in a slotmap, reference counts, and freeing what nothing needs.
+//!
+//! Nothing here touches wgpu: a realized node names its buffer by a [`BufferKey`] that the runtime resolves.
+
+use crate::dtype::DType;
+use crate::op::{BinaryOp, UnaryOp};
+use crate::shape::Shape;
+use smallvec::SmallVec;
+use slotmap::{new_key_type, SlotMap};
+
+new_key_type! {
+    /// A node of a device's graph.
+    pub struct NodeId;
+    /// A device buffer owned by the runtime's pool; the graph only stores the key.
+    pub struct BufferKey;
+}
+
+/// What a node computes.
+#[derive(Debug)]
+pub enum Op {
+    /// Host data not yet uploaded; replaced by `Buffer` on the first realize that needs it.
+    Data(Vec<f32>),
+    /// One value repeated over the node's shape. Never stored: kernels read it as a parameter.
+    Const(f32),
+    /// A realized value: its buffer is in `Node::buffer` (`None` only for an empty tensor).
+    Buffer,
+    Unary(UnaryOp, NodeId),
+    Binary(BinaryOp, NodeId, NodeId),
+}
+
+impl Op {
+    /// The nodes this op reads.
+    pub fn inputs(&self) -> SmallVec<[NodeId; 2]> {
+        match *self {
+            Op::Data(_) | Op::Const(_) | Op::Buffer => SmallVec::new(),
+            Op::Unary(_, a) => smallvec::smallvec![a],
+            Op::Binary(_, a, b) => smallvec::smallvec![a, b],
+        }
+    }
+
+    /// Whether the op is computed by a kernel (as opposed to being a buffer or a constant).
+    pub fn is_compute(&self) -> bool {
+        matches!(self, Op::Unary(..) | Op::Binary(..))
+    }
+}
+
+/// One node: an op, its result's shape and type, and who still needs it.
+#[derive(Debug)]
+pub struct Node {
+    pub op: Op,
+    pub shape: Shape,
+    pub dtype: DType,
+    /// Tensor handles plus consumer nodes that refer to this node. At 0 the node is freed.
+    refs: u32,
+    /// The device buffer holding the value, once realized or uploaded.
+    pub buffer: Option<BufferKey>,
+}
+
+/// A device's expression graph.
+#[derive(Default, Debug)]
+pub struct Graph {
+    nodes: SlotMap<NodeId, Node>,
+}
+
+impl Graph {
+    /// Adds a node with one reference (the handle being created) and takes a reference on each input.
+    pub fn add(&mut self, op: Op, shape: Shape, dtype: DType) -> NodeId {
+        for input in op.inputs() {
+            self.nodes[input].refs += 1;
+        }
+        self.nodes.insert(Node { op, shape, dtype, refs: 1, buffer: None })
+    }
+
+    /// The node `id`.
+    ///
+    /// # Panics
+    /// If `id` was freed: a handle always keeps its node alive, so this is a lazor bug.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id]
+    }
+
+    pub(crate) fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[id]
+    }
+
+    /// Number of live nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the graph holds no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Takes one more reference on `id` (a cloned handle).
+    pub fn retain(&mut self, id: NodeId) {
+        self.nodes[id].refs += 1;
+    }
+
+    /// Drops one reference on `id`; frees every node that no longer has any, pushing their buffers on `freed`.
+    /// Iterative, so dropping the end of a 100,000-op chain does not overflow the stack.
+    pub fn release(&mut self, id: NodeId, freed: &mut Vec<BufferKey>) {
+        let mut stack = vec![id];
+        while let Some(id) = stack.pop() {
+            let node = &mut self.nodes[id];
+            node.refs -= 1;
+            if node.refs == 0 {
+                let node = self.nodes.remove(id).expect("node present");
+                freed.extend(node.buffer);
+                stack.extend(node.op.inputs());
+            }
+        }
+    }
+
+    /// Records that `id` now holds its value in `buffer`: the node becomes a leaf and lets go of its inputs,
+    /// which frees whatever only it needed.
+    pub fn set_realized(&mut self, id: NodeId, buffer: Option<BufferKey>, freed: &mut Vec<BufferKey>) {
+        let node = &mut self.nodes[id];
+        let old = std::mem::replace(&mut node.op, Op::Buffer);
+        node.buffer = buffer;
+        for input in old.inputs() {
+            self.release(input, freed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(g: &mut Graph, n: usize) -> NodeId {
+        g.add(Op::Data(vec![0.0; n]), Shape::from([n]), DType::F32)
+    }
+
+    #[test]
+    fn releasing_the_last_handle_frees_the_chain() {
+        let mut g = Graph::default();
+        let a = leaf(&mut g, 4);
+        let mut x = a;
+        g.retain(a);
+        for _ in 0..100_000 {
+            let y = g.add(Op::Unary(UnaryOp::Exp, x), Shape::from([4]), DType::F32);
+            if x != a {
+                g.release(x, &mut Vec::new());
+            }
+            x = y;
+        }
+        assert_eq!(g.len(), 100_001);
+        g.release(x, &mut Vec::new());
+        assert_eq!(g.len(), 1, "only the input with a live handle remains");
+        g.release(a, &mut Vec::new());
+        assert!(g.is_empty());
+    }
+
+    #[test]
+    fn realizing_drops_inputs() {
+        let mut g = Graph::default();
+        let a = leaf(&mut g, 2);
+        let b = g.add(Op::Unary(UnaryOp::Neg, a), Shape::from([2]), DType::F32);
+        g.release(a, &mut Vec::new()); // the user dropped `a`; `b` keeps it alive
+        assert_eq!(g.len(), 2);
+        g.set_realized(b, None, &mut Vec::new());
+        assert_eq!(g.len(), 1);
+        assert!(matches!(g.node(b).op, Op::Buffer));
+    }
+}

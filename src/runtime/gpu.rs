@@ -1,0 +1,156 @@
+//! Opening the GPU: adapter choice (`LAZOR_BACKEND`, `LAZOR_ADAPTER`), device creation with the adapter's own
+//! limits, and turning wgpu's error callbacks into values lazor can return.
+
+use crate::env;
+use crate::error::{Error, Result};
+use std::sync::{Arc, Mutex};
+
+/// An open wgpu device and what lazor needs to know about it.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    /// Set by wgpu's device-lost callback; every later realize fails with it.
+    pub lost: Arc<Mutex<Option<String>>>,
+    /// Errors no error scope caught (there should be none): kept so the next realize returns them.
+    pub uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+/// Preference among device types: discrete before integrated before virtual before software.
+fn rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+fn backends() -> Result<wgpu::Backends> {
+    let Some(value) = env::var("LAZOR_BACKEND") else {
+        return Ok(wgpu::Backends::all());
+    };
+    let b = match value.to_ascii_lowercase().as_str() {
+        "vulkan" | "vk" => wgpu::Backends::VULKAN,
+        "metal" => wgpu::Backends::METAL,
+        "dx12" => wgpu::Backends::DX12,
+        "gl" | "gles" | "opengl" => wgpu::Backends::GL,
+        _ => {
+            return Err(Error::Env {
+                var: "LAZOR_BACKEND",
+                value,
+                message: "expected one of vulkan, metal, dx12, gl".into(),
+            })
+        }
+    };
+    Ok(b)
+}
+
+impl Gpu {
+    /// Opens the best adapter allowed by the environment.
+    ///
+    /// # Errors
+    /// [`Error::NoAdapter`] when none matches, [`Error::DeviceCreation`] when the adapter refuses a device,
+    /// [`Error::Env`] for a bad `LAZOR_BACKEND`.
+    pub fn open() -> Result<Gpu> {
+        let backends = backends()?;
+        // GL last, from its own instance: starting it makes EGL print to stderr, and it is the weakest for compute.
+        let enumerate = |b: wgpu::Backends| {
+            let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+            desc.backends = b;
+            pollster::block_on(wgpu::Instance::new(desc).enumerate_adapters(b))
+        };
+        let primary = backends & !wgpu::Backends::GL;
+        let mut adapters = if primary.is_empty() { Vec::new() } else { enumerate(primary) };
+        if adapters.is_empty() && backends.contains(wgpu::Backends::GL) {
+            adapters = enumerate(wgpu::Backends::GL);
+        }
+        let wanted = env::var("LAZOR_ADAPTER");
+        let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+        if let Some(w) = &wanted {
+            let w = w.to_lowercase();
+            adapters.retain(|a| a.get_info().name.to_lowercase().contains(&w));
+        }
+        adapters.sort_by_key(|a| rank(a.get_info().device_type));
+        let Some(adapter) = adapters.into_iter().next() else {
+            return Err(Error::NoAdapter(format!(
+                "backends {backends:?}, LAZOR_ADAPTER={}, adapters seen: {names:?}; on Linux without a GPU install \
+                 Mesa's software Vulkan driver (mesa-vulkan-drivers)",
+                wanted.as_deref().unwrap_or("(unset)")
+            )));
+        };
+        let info = adapter.get_info();
+        // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB, far below real GPUs.
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("lazor"),
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })?;
+
+        let lost = Arc::new(Mutex::new(None));
+        let lost_cb = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            *lost_cb.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{reason:?}: {message}"));
+        });
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        let unc = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            unc.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string());
+        }));
+        Ok(Gpu { device, queue, info, limits, lost, uncaptured })
+    }
+
+    /// Fails if the device was lost or wgpu reported an error outside any scope.
+    pub fn check_health(&self) -> Result<()> {
+        if let Some(msg) = self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Err(Error::DeviceLost(msg));
+        }
+        let mut unc = self.uncaptured.lock().unwrap_or_else(|e| e.into_inner());
+        if !unc.is_empty() {
+            return Err(Error::Validation(std::mem::take(&mut *unc).join("; ")));
+        }
+        Ok(())
+    }
+
+    /// The largest buffer one binding can cover.
+    pub fn max_binding_bytes(&self) -> u64 {
+        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
+    }
+}
+
+/// Error scopes around a block of wgpu calls: out of memory, validation and internal errors become [`Error`].
+pub struct Scopes {
+    guards: [Option<wgpu::ErrorScopeGuard>; 3],
+}
+
+impl Scopes {
+    pub fn push(device: &wgpu::Device) -> Scopes {
+        Scopes {
+            guards: [
+                Some(device.push_error_scope(wgpu::ErrorFilter::OutOfMemory)),
+                Some(device.push_error_scope(wgpu::ErrorFilter::Validation)),
+                Some(device.push_error_scope(wgpu::ErrorFilter::Internal)),
+            ],
+        }
+    }
+
+    /// Pops the scopes (innermost first) and returns the first error, classified.
+    pub fn pop(mut self) -> Result<()> {
+        let mut first = None;
+        for guard in self.guards.iter_mut().rev() {
+            let err = pollster::block_on(guard.take().expect("scope pushed").pop());
+            if first.is_none() {
+                first = err;
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some(wgpu::Error::OutOfMemory { .. }) => Err(Error::OutOfMemory("a buffer allocation failed".into())),
+            Some(e) => Err(Error::Validation(e.to_string())),
+        }
+    }
+}

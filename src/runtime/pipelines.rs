@@ -1,0 +1,56 @@
+//! The per-device pipeline cache, keyed on generated WGSL (which encodes a kernel's structure and nothing else).
+
+use super::gpu::Scopes;
+use crate::error::{Error, Result};
+use crate::stats::Stats;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Compiled compute pipelines by source.
+#[derive(Default)]
+pub struct Pipelines {
+    cache: HashMap<String, Arc<wgpu::ComputePipeline>>,
+}
+
+impl Pipelines {
+    /// The pipeline for `wgsl`, compiled on first use.
+    ///
+    /// # Errors
+    /// [`Error::KernelCompile`] when wgpu rejects the shader or pipeline; the failure is not cached.
+    pub fn get(
+        &mut self,
+        device: &wgpu::Device,
+        wgsl: &str,
+        name: &str,
+        debug: u32,
+        stats: &mut Stats,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        if let Some(p) = self.cache.get(wgsl) {
+            stats.pipeline_cache_hits += 1;
+            return Ok(p.clone());
+        }
+        if debug >= 2 {
+            eprintln!("lazor: compiling kernel {name}:\n{wgsl}");
+        }
+        let scopes = Scopes::push(device);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(name),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        scopes
+            .pop()
+            .map_err(|e| Error::KernelCompile { kernel: name.to_string(), message: e.to_string() })?;
+        stats.pipelines_compiled += 1;
+        let pipeline = Arc::new(pipeline);
+        self.cache.insert(wgsl.to_string(), pipeline.clone());
+        Ok(pipeline)
+    }
+}

@@ -1,0 +1,209 @@
+//! The scheduler: from requested outputs to an ordered list of kernels with a memory plan. Pure graph code, no wgpu.
+
+mod fuse;
+pub mod kernel;
+pub mod toposort;
+
+pub use fuse::Options;
+pub use kernel::{Instr, Kernel, ParamLayout};
+
+use crate::graph::{Graph, NodeId, Op};
+use std::collections::{HashMap, HashSet};
+
+/// Everything one realize does, in order.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Data nodes to upload before the first kernel.
+    pub uploads: Vec<NodeId>,
+    /// Kernels in execution order.
+    pub kernels: Vec<Kernel>,
+    /// For each kernel, the intermediates whose last reader it is: their buffers go back to the pool after it.
+    pub frees: Vec<Vec<NodeId>>,
+    /// The requested outputs, without duplicates.
+    pub outputs: Vec<NodeId>,
+    /// Requested outputs and uploads with no elements: realized without a buffer.
+    pub empty: Vec<NodeId>,
+    /// Nodes the realize looked at.
+    pub nodes: usize,
+}
+
+/// Schedules the realize of `outputs`.
+pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
+    let mut unique = Vec::new();
+    let mut seen = HashSet::new();
+    for &o in outputs {
+        if seen.insert(o) {
+            unique.push(o);
+        }
+    }
+    let order = toposort::toposort(graph, &unique);
+    let fusion = fuse::materialize(graph, &order, &seen, opts);
+    let kernels = fuse::kernels(graph, &order, &seen, &fusion, opts);
+
+    let mut uploads = Vec::new();
+    let mut empty = Vec::new();
+    for &id in &order {
+        let node = graph.node(id);
+        let is_empty = node.shape.numel() == 0;
+        match node.op {
+            Op::Data(_) if is_empty => empty.push(id),
+            Op::Data(_) => uploads.push(id),
+            Op::Buffer => {}
+            _ if is_empty && seen.contains(&id) => empty.push(id),
+            _ => {}
+        }
+    }
+
+    // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.
+    let mut last_read: HashMap<NodeId, usize> = HashMap::new();
+    for (k, kernel) in kernels.iter().enumerate() {
+        for &i in &kernel.inputs {
+            if fusion.materialized.contains(&i) && !seen.contains(&i) {
+                last_read.insert(i, k);
+            }
+        }
+    }
+    let mut frees = vec![Vec::new(); kernels.len()];
+    for (id, k) in last_read {
+        frees[k].push(id);
+    }
+    Plan { uploads, kernels, frees, outputs: unique, empty, nodes: order.len() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::op::{BinaryOp, UnaryOp};
+    use crate::shape::Shape;
+
+    const FUSE: Options = Options { fuse: true, max_bindings: 8 };
+    const NOFUSE: Options = Options { fuse: false, max_bindings: 8 };
+
+    fn data(g: &mut Graph, shape: &[usize]) -> NodeId {
+        let s = Shape::from(shape);
+        g.add(Op::Data(vec![0.0; s.numel()]), s, DType::F32)
+    }
+    fn bin(g: &mut Graph, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
+        let s = g.node(a).shape.broadcast(&g.node(b).shape).unwrap();
+        g.add(Op::Binary(op, a, b), s, DType::F32)
+    }
+    fn scalar(g: &mut Graph, v: f32) -> NodeId {
+        g.add(Op::Const(v), Shape::from([]), DType::F32)
+    }
+    /// `((a + b) * 5.0 - c) / 2.0`
+    fn chain3(g: &mut Graph, n: usize) -> NodeId {
+        let (a, b, c) = (data(g, &[n]), data(g, &[n]), data(g, &[n]));
+        let s5 = scalar(g, 5.0);
+        let s2 = scalar(g, 2.0);
+        let x = bin(g, BinaryOp::Add, a, b);
+        let x = bin(g, BinaryOp::Mul, x, s5);
+        let x = bin(g, BinaryOp::Sub, x, c);
+        bin(g, BinaryOp::Div, x, s2)
+    }
+
+    #[test]
+    fn chain_fuses_into_one_kernel() {
+        let mut g = Graph::default();
+        let out = chain3(&mut g, 1000);
+        let p = plan(&g, &[out], &FUSE);
+        assert_eq!(p.kernels.len(), 1);
+        let k = &p.kernels[0];
+        assert_eq!(k.inputs.len(), 3);
+        assert_eq!(k.outputs.len(), 1);
+        assert_eq!(k.fused_ops, 4);
+        assert_eq!(k.scalars, vec![5.0, 2.0]);
+        assert!(k.views.is_empty(), "same-shape inputs are read at the kernel's own index");
+        assert_eq!(p.uploads.len(), 3);
+    }
+
+    #[test]
+    fn nofuse_is_one_kernel_per_op_and_ping_pongs() {
+        let mut g = Graph::default();
+        let mut x = data(&mut g, &[64]);
+        let one = scalar(&mut g, 1.0);
+        for _ in 0..100 {
+            x = bin(&mut g, BinaryOp::Add, x, one);
+        }
+        let p = plan(&g, &[x], &NOFUSE);
+        assert_eq!(p.kernels.len(), 100);
+        // Each intermediate dies right after the kernel that reads it.
+        for (k, frees) in p.frees.iter().enumerate() {
+            let expect = if k == 0 { 0 } else { 1 };
+            assert_eq!(frees.len(), expect, "kernel {k}");
+            if k > 0 {
+                assert_eq!(frees[0], p.kernels[k - 1].outputs[0].0);
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_input_is_strided() {
+        let mut g = Graph::default();
+        let a = data(&mut g, &[2, 3]);
+        let b = data(&mut g, &[3]);
+        let c = bin(&mut g, BinaryOp::Add, a, b);
+        let p = plan(&g, &[c], &FUSE);
+        let k = &p.kernels[0];
+        assert_eq!(k.views.len(), 1);
+        assert_eq!(k.views[0].as_slice(), &[0, 1]);
+        assert_eq!(k.params(), vec![6, 2, 3, 0, 1]);
+    }
+
+    #[test]
+    fn shared_subexpression_is_computed_once_for_two_outputs() {
+        let mut g = Graph::default();
+        let a = data(&mut g, &[8]);
+        let e = g.add(Op::Unary(UnaryOp::Exp, a), Shape::from([8]), DType::F32);
+        let x = bin(&mut g, BinaryOp::Add, e, a);
+        let y = bin(&mut g, BinaryOp::Mul, e, a);
+        let p = plan(&g, &[x, y], &FUSE);
+        assert_eq!(p.kernels.len(), 1);
+        let k = &p.kernels[0];
+        assert_eq!(k.outputs.len(), 2);
+        assert_eq!(k.fused_ops, 3, "exp once, add, mul");
+        assert_eq!(k.inputs.len(), 1);
+    }
+
+    #[test]
+    fn too_many_buffers_split_the_kernel() {
+        let mut g = Graph::default();
+        let mut x = data(&mut g, &[16]);
+        for _ in 0..20 {
+            let d = data(&mut g, &[16]);
+            x = bin(&mut g, BinaryOp::Add, x, d);
+        }
+        let p = plan(&g, &[x], &FUSE);
+        assert!(p.kernels.len() > 1);
+        for k in &p.kernels {
+            assert!(k.bindings() <= 8, "{} bindings", k.bindings());
+        }
+        let total: usize = p.kernels.iter().map(|k| k.fused_ops).sum();
+        assert_eq!(total, 20, "nothing is computed twice");
+    }
+
+    #[test]
+    fn outputs_of_different_shapes_load_each_other() {
+        let mut g = Graph::default();
+        let a = data(&mut g, &[3]);
+        let small = g.add(Op::Unary(UnaryOp::Exp, a), Shape::from([3]), DType::F32);
+        let big_in = data(&mut g, &[4, 3]);
+        let big = bin(&mut g, BinaryOp::Mul, big_in, small);
+        let p = plan(&g, &[big, small], &FUSE);
+        assert_eq!(p.kernels.len(), 2);
+        assert_eq!(p.kernels[0].outputs[0].0, small);
+        assert!(p.kernels[1].inputs.contains(&small));
+        assert!(p.frees.iter().all(|f| f.is_empty()), "requested outputs are never freed");
+    }
+
+    #[test]
+    fn empty_tensors_schedule_nothing() {
+        let mut g = Graph::default();
+        let a = data(&mut g, &[0, 3]);
+        let b = data(&mut g, &[3]);
+        let c = bin(&mut g, BinaryOp::Add, a, b);
+        let p = plan(&g, &[c], &FUSE);
+        assert!(p.kernels.is_empty());
+        assert!(p.empty.contains(&c) && p.empty.contains(&a));
+    }
+}

@@ -1,0 +1,27 @@
+//! Counters of what a device's engine did, for tests, benchmarks and curious users.
+
+/// What a [`Device`](crate::Device) has done since it was made. Read with [`Device::stats`](crate::Device::stats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Calls that realized something (`realize`, `to_vec` and friends).
+    pub realizes: u64,
+    /// `queue.submit` calls: one per realize that had GPU work.
+    pub submits: u64,
+    /// Compute dispatches (kernels run).
+    pub dispatches: u64,
+    /// Pipelines compiled from new WGSL.
+    pub pipelines_compiled: u64,
+    /// Kernels whose pipeline came from the cache.
+    pub pipeline_cache_hits: u64,
+    /// Bytes written from host to device.
+    pub bytes_uploaded: u64,
+    /// Bytes read back from device to host.
+    pub bytes_downloaded: u64,
+    /// Device buffers created (pool misses), read-back staging buffers included.
+    pub buffers_allocated: u64,
+    /// Bytes of storage buffers holding values now: realized tensors and a realize's intermediates, not the pool's
+    /// free buffers or staging buffers.
+    pub live_buffer_bytes: u64,
+    /// The most `live_buffer_bytes` has ever been.
+    pub peak_buffer_bytes: u64,
+}

@@ -1,0 +1,271 @@
+//! `Tensor`: a cheap handle to a graph node, its constructors, and the verbs that evaluate it.
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::graph::{NodeId, Op};
+use crate::shape::Shape;
+use std::fmt;
+use std::future::Future;
+
+/// A lazy n-dimensional array of `f32` on a [`Device`].
+///
+/// Operations build graph nodes; nothing runs until a value is needed ([`Tensor::to_vec`], [`Tensor::realize`]).
+/// Cloning is cheap (a handle); dropping the last handle frees the node and, once nothing needs it, its buffer.
+///
+/// # Examples
+/// ```no_run
+/// use lazor::Tensor;
+/// let a = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]);
+/// let b = Tensor::from_slice(&[10.0, 20.0, 30.0], [3]);
+/// let c = (a + &b) * 5.0;
+/// assert_eq!(c.shape(), &[2, 3]);
+/// assert_eq!(c.to_vec()[0], 55.0);
+/// ```
+pub struct Tensor {
+    pub(crate) id: NodeId,
+    pub(crate) shape: Shape,
+    pub(crate) device: Device,
+}
+
+impl Tensor {
+    /// Wraps a new node of `device`'s graph.
+    pub(crate) fn from_op(device: &Device, op: Op, shape: Shape) -> Tensor {
+        let node_shape = shape.clone();
+        let id = device.add_node(|g| g.add(op, node_shape, DType::F32));
+        Tensor { id, shape, device: device.clone() }
+    }
+
+    /// A tensor holding `data` (row-major) on the default device.
+    ///
+    /// # Panics
+    /// If `data.len()` differs from the number of elements of `shape`.
+    #[track_caller]
+    pub fn from_vec(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
+        Tensor::from_vec_on(data, shape, &Device::default())
+    }
+
+    /// [`Tensor::from_vec`] on `device`.
+    ///
+    /// # Panics
+    /// If `data.len()` differs from the number of elements of `shape`.
+    #[track_caller]
+    pub fn from_vec_on(data: Vec<f32>, shape: impl Into<Shape>, device: &Device) -> Tensor {
+        let shape = shape.into();
+        assert!(
+            data.len() == shape.numel(),
+            "lazor: from_vec: data has {} elements but shape {shape} needs {}",
+            data.len(),
+            shape.numel()
+        );
+        Tensor::from_op(device, Op::Data(data), shape)
+    }
+
+    /// A tensor holding a copy of `data` on the default device.
+    ///
+    /// # Panics
+    /// If `data.len()` differs from the number of elements of `shape`.
+    #[track_caller]
+    pub fn from_slice(data: &[f32], shape: impl Into<Shape>) -> Tensor {
+        Tensor::from_vec(data.to_vec(), shape)
+    }
+
+    /// [`Tensor::from_slice`] on `device`.
+    ///
+    /// # Panics
+    /// If `data.len()` differs from the number of elements of `shape`.
+    #[track_caller]
+    pub fn from_slice_on(data: &[f32], shape: impl Into<Shape>, device: &Device) -> Tensor {
+        Tensor::from_vec_on(data.to_vec(), shape, device)
+    }
+
+    /// `value` everywhere. Costs no memory until realized on its own: kernels read it as a parameter.
+    pub fn full(shape: impl Into<Shape>, value: f32) -> Tensor {
+        Tensor::full_on(shape, value, &Device::default())
+    }
+
+    /// [`Tensor::full`] on `device`.
+    pub fn full_on(shape: impl Into<Shape>, value: f32, device: &Device) -> Tensor {
+        Tensor::from_op(device, Op::Const(value), shape.into())
+    }
+
+    /// Zeros.
+    pub fn zeros(shape: impl Into<Shape>) -> Tensor {
+        Tensor::full(shape, 0.0)
+    }
+
+    /// [`Tensor::zeros`] on `device`.
+    pub fn zeros_on(shape: impl Into<Shape>, device: &Device) -> Tensor {
+        Tensor::full_on(shape, 0.0, device)
+    }
+
+    /// Ones.
+    pub fn ones(shape: impl Into<Shape>) -> Tensor {
+        Tensor::full(shape, 1.0)
+    }
+
+    /// [`Tensor::ones`] on `device`.
+    pub fn ones_on(shape: impl Into<Shape>, device: &Device) -> Tensor {
+        Tensor::full_on(shape, 1.0, device)
+    }
+
+    /// A tensor of shape `[]` holding `value`.
+    pub fn scalar(value: f32) -> Tensor {
+        Tensor::full([], value)
+    }
+
+    /// [`Tensor::scalar`] on `device`.
+    pub fn scalar_on(value: f32, device: &Device) -> Tensor {
+        Tensor::full_on([], value, device)
+    }
+
+    /// The extent of each axis.
+    pub fn shape(&self) -> &[usize] {
+        self.shape.dims()
+    }
+
+    /// Number of axes.
+    pub fn ndim(&self) -> usize {
+        self.shape.ndim()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.numel()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        DType::F32
+    }
+
+    /// The device the tensor lives on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Whether the value is already in a device buffer (realized or uploaded).
+    pub fn is_realized(&self) -> bool {
+        matches!(self.device.state().graph.node(self.id).op, Op::Buffer)
+    }
+
+    /// Computes the tensor into a device buffer, in one submit, without reading it back. The GPU may still be
+    /// working when this returns; [`Device::synchronize`] waits.
+    ///
+    /// # Errors
+    /// Device failures: out of memory, a lost device, a kernel that does not compile, a tensor too large to bind.
+    pub fn realize(&self) -> Result<()> {
+        self.device.run(&[self.id], &[]).map(drop)
+    }
+
+    /// Realizes and reads the values back, row-major.
+    ///
+    /// # Panics
+    /// On a device failure, with the error's message; [`Tensor::try_to_vec`] returns it instead.
+    #[track_caller]
+    pub fn to_vec(&self) -> Vec<f32> {
+        self.try_to_vec().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Realizes and reads the values back.
+    ///
+    /// # Errors
+    /// As [`Tensor::realize`], and [`Error::ReadBack`] if mapping fails.
+    pub fn try_to_vec(&self) -> Result<Vec<f32>> {
+        Ok(self.device.read(&[self.id])?.pop().expect("one output"))
+    }
+
+    /// [`Tensor::try_to_vec`] as a future: the realize is submitted on first poll and the future resolves when the
+    /// values are back, without blocking the thread on the GPU.
+    pub fn to_vec_async(&self) -> impl Future<Output = Result<Vec<f32>>> + Send + 'static {
+        let t = self.clone();
+        async move { Ok(t.device.read_async(&[t.id]).await?.pop().expect("one output")) }
+    }
+
+    /// The single element of a one-element tensor.
+    ///
+    /// # Panics
+    /// If the tensor does not have exactly one element, or on a device failure.
+    #[track_caller]
+    pub fn to_scalar(&self) -> f32 {
+        assert!(
+            self.numel() == 1,
+            "lazor: to_scalar: tensor of shape {} has {} elements, not 1",
+            self.shape,
+            self.numel()
+        );
+        self.to_vec()[0]
+    }
+}
+
+/// Realizes several tensors together: one submit per device, and subexpressions they share are computed once.
+///
+/// # Errors
+/// As [`Tensor::realize`].
+///
+/// # Examples
+/// ```no_run
+/// let x = lazor::Tensor::from_vec(vec![1.0, 2.0], [2]);
+/// let e = x.exp();
+/// let (a, b) = (&e + 1.0, &e * 2.0);
+/// lazor::realize(&[&a, &b])?; // one kernel computes exp once and writes both
+/// # Ok::<(), lazor::Error>(())
+/// ```
+pub fn realize(tensors: &[&Tensor]) -> Result<()> {
+    let mut rest: Vec<&Tensor> = tensors.to_vec();
+    while let Some(first) = rest.first() {
+        let device = first.device.clone();
+        let (mine, others): (Vec<&Tensor>, Vec<&Tensor>) = rest.into_iter().partition(|t| t.device.same(&device));
+        let ids: Vec<NodeId> = mine.iter().map(|t| t.id).collect();
+        device.run(&ids, &[])?;
+        rest = others;
+    }
+    Ok(())
+}
+
+/// Reads several tensors of one device back in one submit.
+///
+/// # Errors
+/// As [`Tensor::try_to_vec`]; [`Error::DeviceMismatch`] if they live on different devices.
+pub fn to_vecs(tensors: &[&Tensor]) -> Result<Vec<Vec<f32>>> {
+    let Some(first) = tensors.first() else { return Ok(Vec::new()) };
+    for t in tensors {
+        first.device.check_same(&t.device, "to_vecs")?;
+    }
+    let ids: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
+    first.device.read(&ids)
+}
+
+impl Clone for Tensor {
+    fn clone(&self) -> Self {
+        self.device.state().graph.retain(self.id);
+        Tensor { id: self.id, shape: self.shape.clone(), device: self.device.clone() }
+    }
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        let mut state = self.device.state();
+        let mut freed = Vec::new();
+        state.graph.release(self.id, &mut freed);
+        state.release_all(freed);
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tensor")
+            .field("shape", &self.shape)
+            .field("dtype", &self.dtype())
+            .field("realized", &self.is_realized())
+            .finish()
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Tensor>();
+    check::<Device>();
+    check::<Error>();
+}
