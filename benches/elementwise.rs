@@ -1,1 +1,184 @@
-fn main() {}
+//! Criterion benchmarks of lazor's elementwise kernels, fused and unfused, and of wgpu's own buffer copy.
+//!
+//! ```text
+//! cargo bench --bench elementwise               # everything
+//! cargo bench --bench elementwise -- chain16    # one case
+//! LAZOR_BENCH_BIG=1 cargo bench --bench elementwise   # also 2^24+ on a CPU adapter (lavapipe)
+//! ```
+//!
+//! Benchmark ids are `<case>/<mode>/<fused|unfused>/<elements>`: `resident` builds the expression over inputs
+//! already on the device, then `realize()` and `synchronize()`; `to_vec` includes the read-back. Throughput is the
+//! bytes the fused ideal moves (three f32 inputs read once, one f32 output written once: 16 bytes per element),
+//! for the unfused rows too, so their GB/s compare directly. `copy/wgpu/<elements>` times one
+//! `copy_buffer_to_buffer` of 4 bytes x elements per submit, then the wait, on a raw wgpu device on the same
+//! adapter, counting bytes read plus written (8 per element). `examples/bench.rs` prints the same as a table.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
+use lazor::{Device, Tensor};
+use std::hint::black_box;
+use std::time::Duration;
+
+/// Bytes per element the fused ideal moves for every case below.
+const IDEAL_BYTES_PER_ELEMENT: u64 = 16;
+
+#[derive(Clone, Copy)]
+enum Case {
+    Chain3,
+    Chain16,
+    Unary,
+}
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Case::Chain3 => "chain3",
+            Case::Chain16 => "chain16",
+            Case::Unary => "unary",
+        }
+    }
+
+    fn build(self, a: &Tensor, b: &Tensor, c: &Tensor) -> Tensor {
+        match self {
+            Case::Chain3 => ((a + b) * 5.0 - c) / 2.0,
+            Case::Chain16 => {
+                let mut x = a.clone();
+                for _ in 0..4 {
+                    x = ((&x + b) * 1.01 - c) / 1.02;
+                }
+                x
+            }
+            Case::Unary => ((a * 0.1).exp() + b.abs()).sqrt() * c.tanh(),
+        }
+    }
+}
+
+fn inputs(n: usize, k: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7 + k * 13) % 1024) as f32 / 512.0 - 1.0).collect()
+}
+
+fn rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+/// A raw wgpu device on the adapter lazor chose (same name), else the best one, with the adapter's own limits
+/// (wgpu's defaults refuse buffers over 256 MiB and bindings over 128 MiB).
+fn open_raw(lazor_adapter: &str) -> Option<(wgpu::Device, wgpu::Queue, wgpu::AdapterInfo)> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    let backends = wgpu::Backends::all() & !wgpu::Backends::GL;
+    desc.backends = backends;
+    let instance = wgpu::Instance::new(desc);
+    let mut adapters = pollster::block_on(instance.enumerate_adapters(backends));
+    adapters.sort_by_key(|a| (a.get_info().name != lazor_adapter, rank(a.get_info().device_type)));
+    let adapter = adapters.into_iter().next()?;
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("bench copy"),
+        required_limits: adapter.limits(),
+        ..Default::default()
+    }))
+    .ok()?;
+    Some((device, queue, adapter.get_info()))
+}
+
+fn elementwise(c: &mut Criterion) {
+    let dev = match Device::new() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("elementwise: skipped, no GPU adapter: {e}");
+            return;
+        }
+    };
+    let big = std::env::var("LAZOR_BENCH_BIG").is_ok_and(|v| v.trim() == "1");
+    let mut sizes = vec![1usize << 10, 1 << 16, 1 << 20, 1 << 24];
+    if dev.max_tensor_bytes() >= 4 << 26 {
+        sizes.push(1 << 26);
+    }
+    let raw = open_raw(&dev.adapter_name());
+    // lazor does not expose the device type; the raw device, on the same adapter, tells it.
+    let cpu = match &raw {
+        Some((_, _, info)) if info.name == dev.adapter_name() => info.device_type == wgpu::DeviceType::Cpu,
+        _ => dev.adapter_name().to_lowercase().contains("llvmpipe"),
+    };
+    sizes.retain(|&n| big || !cpu || n < 1 << 24);
+    eprintln!("elementwise: {} ({}), sizes {sizes:?}", dev.adapter_name(), dev.backend());
+
+    drop(dev);
+    for &n in &sizes {
+        // A fresh device per size: lazor's pool keeps at most 1 GiB of free buffers and never evicts, so buffers
+        // left from a smaller size would crowd out this size's intermediates and force reallocations.
+        let dev = Device::new().expect("device");
+        let a = Tensor::from_vec_on(inputs(n, 1), [n], &dev);
+        let b = Tensor::from_vec_on(inputs(n, 2), [n], &dev);
+        let t = Tensor::from_vec_on(inputs(n, 3), [n], &dev);
+        lazor::realize(&[&a, &b, &t]).expect("upload inputs");
+        dev.synchronize().expect("synchronize");
+        for case in [Case::Chain3, Case::Chain16, Case::Unary] {
+            for (mode, readback) in [("resident", false), ("to_vec", true)] {
+                let mut g = c.benchmark_group(format!("{}/{mode}", case.name()));
+                g.sampling_mode(SamplingMode::Flat).throughput(Throughput::Bytes(n as u64 * IDEAL_BYTES_PER_ELEMENT));
+                for fuse in [true, false] {
+                    dev.set_fusion(fuse);
+                    let id = BenchmarkId::new(if fuse { "fused" } else { "unfused" }, n);
+                    g.bench_with_input(id, &n, |bench, _| {
+                        bench.iter(|| {
+                            let y = case.build(&a, &b, &t);
+                            if readback {
+                                black_box(y.to_vec());
+                            } else {
+                                y.realize().expect("realize");
+                                dev.synchronize().expect("synchronize");
+                            }
+                        })
+                    });
+                    dev.set_fusion(true);
+                }
+                g.finish();
+            }
+        }
+    }
+
+    let Some((device, queue, _)) = raw else {
+        eprintln!("elementwise: copy skipped, no raw wgpu device");
+        return;
+    };
+    let mut g = c.benchmark_group("copy");
+    g.sampling_mode(SamplingMode::Flat);
+    for &n in &sizes {
+        let bytes = n as u64 * 4;
+        let buffer = |label| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        };
+        let (src, dst) = (buffer("src"), buffer("dst"));
+        g.throughput(Throughput::Bytes(2 * bytes));
+        g.bench_with_input(BenchmarkId::new("wgpu", n), &n, |bench, _| {
+            bench.iter(|| {
+                let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("copy") });
+                enc.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
+                queue.submit([enc.finish()]);
+                device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .nresamples(10_000);
+    targets = elementwise
+}
+criterion_main!(benches);

@@ -38,14 +38,25 @@ const HELPERS: [(Helper, &str); 4] = [
     (
         Helper::Pow,
         // Rust's powf: x^0 = 1 and 1^y = 1 even for NaN; a negative base needs an integer exponent, whose parity
-        // gives the sign. WGSL's pow is only defined for x > 0.
+        // gives the sign; zeros and infinities follow IEEE pow. WGSL's pow is only defined for finite x > 0.
         "fn lz_pow(x: f32, y: f32) -> f32 {
     if (y == 0.0 || x == 1.0) { return 1.0; }
-    let m = pow(abs(x), y);
-    if (x < 0.0 && !lz_isnan(x)) {
-        if (abs(y) >= 16777216.0) { return m; }
-        if (fract(y) != 0.0) { return bitcast<f32>(0x7fc00000u); }
-        return select(m, -m, (abs(y) % 2.0) == 1.0);
+    if (lz_isnan(x) || lz_isnan(y)) { return x + y; }
+    let big = bitcast<f32>(0x7f800000u);
+    let ax = abs(x);
+    let ay = abs(y);
+    let integer = ay >= 16777216.0 || fract(ay) == 0.0;
+    let odd = ay < 16777216.0 && fract(ay) == 0.0 && (ay % 2.0) == 1.0;
+    var m = pow(ax, y);
+    if (ax == 0.0) { m = select(0.0, big, y < 0.0); }
+    else if (ax == big) { m = select(0.0, big, y > 0.0); }
+    else if (ay == big) {
+        m = select(select(0.0, big, y > 0.0), select(big, 0.0, y > 0.0), ax < 1.0);
+        if (ax == 1.0) { m = 1.0; }
+    }
+    if ((bitcast<u32>(x) & 0x80000000u) != 0u) {
+        if (odd) { return -m; }
+        if (!integer && ax != 0.0 && ax != big) { return bitcast<f32>(0x7fc00000u); }
     }
     return m;
 }
@@ -111,7 +122,8 @@ pub fn generate(kernel: &Kernel) -> String {
     }
 
     let mut s = String::with_capacity(512 + 48 * kernel.body.len());
-    s.push_str("@group(0) @binding(0) var<storage, read> p: array<u32>;\n");
+    // A fixed-size parameter array: every index is a constant, so no bounds check (and no branch) is emitted.
+    let _ = writeln!(s, "@group(0) @binding(0) var<storage, read> p: array<u32, {}>;", layout.len);
     for o in 0..kernel.outputs.len() {
         let _ = writeln!(s, "@group(0) @binding({}) var<storage, read_write> o{o}: array<{ty}>;", 1 + o);
     }

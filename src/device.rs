@@ -27,6 +27,8 @@ pub(crate) struct Inner {
     pub gpu: Gpu,
     state: Mutex<State>,
     fuse: AtomicBool,
+    /// `LAZOR_MAX_FUSED_OPS`, read once.
+    pub max_ops: usize,
 }
 
 static DEFAULT: OnceLock<Device> = OnceLock::new();
@@ -46,6 +48,7 @@ impl Device {
                 gpu,
                 state: Mutex::new(State::default()),
                 fuse: AtomicBool::new(!crate::env::nofuse()),
+                max_ops: crate::env::max_fused_ops(),
             }),
         })
     }
@@ -60,7 +63,10 @@ impl Device {
         if let Some(d) = DEFAULT.get() {
             return d.clone();
         }
-        let dev = Device::new().unwrap_or_else(|e| panic!("{e}"));
+        let dev = match Device::new() {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        };
         DEFAULT.get_or_init(|| dev).clone()
     }
 

@@ -14,3 +14,8 @@ pub fn debug_level() -> u32 {
 pub fn nofuse() -> bool {
     var("LAZOR_NOFUSE").is_some_and(|v| v.trim() != "0")
 }
+
+/// `LAZOR_MAX_FUSED_OPS`: the most ops one generated kernel computes (default 256; longer chains split).
+pub fn max_fused_ops() -> usize {
+    var("LAZOR_MAX_FUSED_OPS").and_then(|v| v.trim().parse().ok()).filter(|&n| n > 0).unwrap_or(256)
+}

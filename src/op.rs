@@ -81,15 +81,8 @@ impl UnaryOp {
 
 impl BinaryOp {
     /// Every binary op, for tests that sweep the op set.
-    pub const ALL: [BinaryOp; 7] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Max,
-        BinaryOp::Min,
-        BinaryOp::Pow,
-    ];
+    pub const ALL: [BinaryOp; 7] =
+        [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min, BinaryOp::Pow];
 
     /// The method name users call.
     pub fn name(self) -> &'static str {

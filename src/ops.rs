@@ -4,6 +4,7 @@ use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::op::{BinaryOp, UnaryOp};
 use crate::tensor::Tensor;
+use std::borrow::Borrow;
 use std::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
 
 impl Tensor {
@@ -25,7 +26,10 @@ impl Tensor {
 
     #[track_caller]
     pub(crate) fn binary(&self, op: BinaryOp, rhs: &Tensor) -> Tensor {
-        self.try_binary(op, rhs).unwrap_or_else(|e| panic!("{e}"))
+        match self.try_binary(op, rhs) {
+            Ok(t) => t,
+            Err(e) => panic!("{e}"),
+        }
     }
 
     fn unary(&self, op: UnaryOp) -> Tensor {
@@ -33,37 +37,61 @@ impl Tensor {
     }
 }
 
-/// Generates, for each operator, every pairing of `Tensor`, `&Tensor` and `f32`, and the assigning form.
+/// Generates, for each operator, every pairing of `Tensor`, `&Tensor` and `f32`, and the assigning forms.
+/// No closures in the bodies: they would hide the caller's line from `#[track_caller]`.
 macro_rules! binary_operators {
     ($($Trait:ident $method:ident $Assign:ident $assign:ident $op:ident;)*) => {$(
-        binary_operators!(@pair $Trait $method $op, Tensor, Tensor, |a, b| a.binary(BinaryOp::$op, &b));
-        binary_operators!(@pair $Trait $method $op, Tensor, &Tensor, |a, b| a.binary(BinaryOp::$op, b));
-        binary_operators!(@pair $Trait $method $op, &Tensor, Tensor, |a, b| a.binary(BinaryOp::$op, &b));
-        binary_operators!(@pair $Trait $method $op, &Tensor, &Tensor, |a, b| a.binary(BinaryOp::$op, b));
-        binary_operators!(@pair $Trait $method $op, Tensor, f32, |a, b| a.binary(BinaryOp::$op, &a.constant(b)));
-        binary_operators!(@pair $Trait $method $op, &Tensor, f32, |a, b| a.binary(BinaryOp::$op, &a.constant(b)));
-        binary_operators!(@pair $Trait $method $op, f32, Tensor, |a, b| b.constant(a).binary(BinaryOp::$op, &b));
-        binary_operators!(@pair $Trait $method $op, f32, &Tensor, |a, b| b.constant(a).binary(BinaryOp::$op, b));
-        binary_operators!(@assign $Assign $assign $op, Tensor, |a: &Tensor, b| a.binary(BinaryOp::$op, &b));
-        binary_operators!(@assign $Assign $assign $op, &Tensor, |a: &Tensor, b| a.binary(BinaryOp::$op, b));
-        binary_operators!(@assign $Assign $assign $op, f32, |a: &Tensor, b| a.binary(BinaryOp::$op, &a.constant(b)));
+        binary_operators!(@tensors $Trait $method $op, Tensor, Tensor);
+        binary_operators!(@tensors $Trait $method $op, Tensor, &Tensor);
+        binary_operators!(@tensors $Trait $method $op, &Tensor, Tensor);
+        binary_operators!(@tensors $Trait $method $op, &Tensor, &Tensor);
+        binary_operators!(@scalar_right $Trait $method $op, Tensor);
+        binary_operators!(@scalar_right $Trait $method $op, &Tensor);
+        binary_operators!(@scalar_left $Trait $method $op, Tensor);
+        binary_operators!(@scalar_left $Trait $method $op, &Tensor);
+        binary_operators!(@assign $Assign $assign $op, Tensor);
+        binary_operators!(@assign $Assign $assign $op, &Tensor);
+        impl $Assign<f32> for Tensor {
+            #[track_caller]
+            fn $assign(&mut self, rhs: f32) {
+                *self = self.binary(BinaryOp::$op, &self.constant(rhs));
+            }
+        }
     )*};
-    (@pair $Trait:ident $method:ident $op:ident, $Lhs:ty, $Rhs:ty, $f:expr) => {
+    (@tensors $Trait:ident $method:ident $op:ident, $Lhs:ty, $Rhs:ty) => {
         impl $Trait<$Rhs> for $Lhs {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: $Rhs) -> Tensor {
-                let f: fn($Lhs, $Rhs) -> Tensor = $f;
-                f(self, rhs)
+                Borrow::<Tensor>::borrow(&self).binary(BinaryOp::$op, rhs.borrow())
             }
         }
     };
-    (@assign $Assign:ident $assign:ident $op:ident, $Rhs:ty, $f:expr) => {
+    (@scalar_right $Trait:ident $method:ident $op:ident, $Lhs:ty) => {
+        impl $Trait<f32> for $Lhs {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: f32) -> Tensor {
+                let lhs: &Tensor = self.borrow();
+                lhs.binary(BinaryOp::$op, &lhs.constant(rhs))
+            }
+        }
+    };
+    (@scalar_left $Trait:ident $method:ident $op:ident, $Rhs:ty) => {
+        impl $Trait<$Rhs> for f32 {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: $Rhs) -> Tensor {
+                let rhs: &Tensor = rhs.borrow();
+                rhs.constant(self).binary(BinaryOp::$op, rhs)
+            }
+        }
+    };
+    (@assign $Assign:ident $assign:ident $op:ident, $Rhs:ty) => {
         impl $Assign<$Rhs> for Tensor {
             #[track_caller]
             fn $assign(&mut self, rhs: $Rhs) {
-                let f: fn(&Tensor, $Rhs) -> Tensor = $f;
-                *self = f(self, rhs);
+                *self = self.binary(BinaryOp::$op, rhs.borrow());
             }
         }
     };

@@ -82,12 +82,9 @@ pub fn eval(tensors: &[&Tensor]) -> Vec<Vec<f32>> {
     let roots: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
     let stored: Vec<NodeId> = {
         let state = device.state();
-        toposort(&state.graph, &roots)
-            .into_iter()
-            .filter(|&id| matches!(state.graph.node(id).op, Op::Buffer))
-            .collect()
+        toposort(&state.graph, &roots).into_iter().filter(|&id| matches!(state.graph.node(id).op, Op::Buffer)).collect()
     };
-    let read = device.read(&stored).unwrap_or_else(|e| panic!("{e}"));
+    let read = if stored.is_empty() { Vec::new() } else { device.read(&stored).unwrap_or_else(|e| panic!("{e}")) };
     let mut values: HashMap<NodeId, Vec<f32>> = stored.into_iter().zip(read).collect();
 
     let state = device.state();

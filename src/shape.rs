@@ -7,7 +7,7 @@ use std::fmt;
 ///
 /// Built from an array, a slice or a `Vec` of `usize`, so every constructor takes `impl Into<Shape>`.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct Shape(SmallVec<[usize; 6]>);
+pub struct Shape(SmallVec<[usize; 4]>);
 
 impl Shape {
     /// The axes' extents.
@@ -26,8 +26,8 @@ impl Shape {
     }
 
     /// Row-major strides, in elements, of a contiguous tensor of this shape.
-    pub fn contiguous_strides(&self) -> SmallVec<[usize; 6]> {
-        let mut strides: SmallVec<[usize; 6]> = SmallVec::from_elem(0, self.0.len());
+    pub fn contiguous_strides(&self) -> SmallVec<[usize; 4]> {
+        let mut strides: SmallVec<[usize; 4]> = SmallVec::from_elem(0, self.0.len());
         let mut acc = 1;
         for (s, &d) in strides.iter_mut().zip(&self.0).rev() {
             *s = acc;
@@ -40,7 +40,7 @@ impl Shape {
     /// equal or contain a 1), or `None` when they cannot.
     pub fn broadcast(&self, other: &Shape) -> Option<Shape> {
         let n = self.ndim().max(other.ndim());
-        let mut out: SmallVec<[usize; 6]> = SmallVec::with_capacity(n);
+        let mut out: SmallVec<[usize; 4]> = SmallVec::with_capacity(n);
         for i in 0..n {
             let a = self.dim_from_right(n - 1 - i);
             let b = other.dim_from_right(n - 1 - i);
@@ -59,11 +59,11 @@ impl Shape {
     ///
     /// # Panics
     /// If this shape does not broadcast to `target` (callers check with [`Shape::broadcast`] first).
-    pub fn broadcast_strides(&self, target: &Shape) -> SmallVec<[usize; 6]> {
+    pub fn broadcast_strides(&self, target: &Shape) -> SmallVec<[usize; 4]> {
         assert!(self.ndim() <= target.ndim(), "broadcast_strides: {self:?} -> {target:?}");
         let own = self.contiguous_strides();
         let lead = target.ndim() - self.ndim();
-        let mut out: SmallVec<[usize; 6]> = SmallVec::from_elem(0, target.ndim());
+        let mut out: SmallVec<[usize; 4]> = SmallVec::from_elem(0, target.ndim());
         for (i, (&d, &s)) in self.0.iter().zip(&own).enumerate() {
             let t = target.0[lead + i];
             assert!(d == t || d == 1, "broadcast_strides: {self:?} -> {target:?}");

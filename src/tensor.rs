@@ -164,7 +164,10 @@ impl Tensor {
     /// On a device failure, with the error's message; [`Tensor::try_to_vec`] returns it instead.
     #[track_caller]
     pub fn to_vec(&self) -> Vec<f32> {
-        self.try_to_vec().unwrap_or_else(|e| panic!("{e}"))
+        match self.try_to_vec() {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
     }
 
     /// Realizes and reads the values back.

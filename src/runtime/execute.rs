@@ -45,6 +45,7 @@ impl Device {
         let opts = Options {
             fuse: self.fusion(),
             max_bindings: gpu.limits.max_storage_buffers_per_shader_stage as usize,
+            max_ops: self.inner.max_ops,
         };
         let mut guard = self.state();
         let state = &mut *guard;

@@ -45,9 +45,7 @@ impl Pipelines {
             compilation_options: Default::default(),
             cache: None,
         });
-        scopes
-            .pop()
-            .map_err(|e| Error::KernelCompile { kernel: name.to_string(), message: e.to_string() })?;
+        scopes.pop().map_err(|e| Error::KernelCompile { kernel: name.to_string(), message: e.to_string() })?;
         stats.pipelines_compiled += 1;
         let pipeline = Arc::new(pipeline);
         self.cache.insert(wgsl.to_string(), pipeline.clone());

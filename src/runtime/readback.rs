@@ -23,9 +23,7 @@ impl Gpu {
     /// # Errors
     /// [`Error::DeviceLost`] when the device is gone, or what [`Gpu::check_health`] finds.
     pub fn wait(&self) -> Result<()> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::DeviceLost(e.to_string()))?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::DeviceLost(e.to_string()))?;
         self.check_health()
     }
 }

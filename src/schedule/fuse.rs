@@ -26,6 +26,9 @@ pub struct Options {
     pub fuse: bool,
     /// Storage buffers one kernel may bind, parameters included.
     pub max_bindings: usize,
+    /// Ops one kernel may compute (`LAZOR_MAX_FUSED_OPS`): driver compile time grows faster than linearly with
+    /// kernel length, while past ~100 ops per element a kernel is compute-bound and a split costs nothing.
+    pub max_ops: usize,
 }
 
 /// Groups of materialized nodes, each one future kernel.
@@ -34,13 +37,23 @@ struct Group {
     members: Vec<NodeId>,
     /// Buffers the group reads (leaves and other groups' members).
     inputs: LeafSet,
+    /// Ops the group computes.
+    ops: usize,
 }
 
 /// The materialization decisions for one realize.
 pub(super) struct Fusion {
     pub materialized: HashSet<NodeId>,
-    /// For every compute node: the buffers its inlined expression reads.
-    pub leaves: HashMap<NodeId, LeafSet>,
+    /// For every compute node: the buffers its inlined expression reads and how many ops it computes.
+    pub inlined: HashMap<NodeId, Inlined>,
+}
+
+/// What evaluating a node inline costs a kernel.
+#[derive(Clone, Default)]
+pub(super) struct Inlined {
+    pub leaves: LeafSet,
+    /// Ops computed, counting a shared subexpression once per use (an upper bound).
+    pub ops: usize,
 }
 
 /// Whether `id` reads from a buffer when used as an operand (it is data, realized, or materialized).
@@ -64,7 +77,7 @@ pub(super) fn materialize(graph: &Graph, order: &[NodeId], outputs: &HashSet<Nod
     }
     // A single-output kernel binds parameters, its output and its inputs.
     let max_inputs = opts.max_bindings.saturating_sub(2).max(2);
-    let mut leaves: HashMap<NodeId, LeafSet> = HashMap::new();
+    let mut inlined: HashMap<NodeId, Inlined> = HashMap::new();
     for &id in order {
         let node = graph.node(id);
         if !node.op.is_compute() {
@@ -72,36 +85,44 @@ pub(super) fn materialize(graph: &Graph, order: &[NodeId], outputs: &HashSet<Nod
         }
         let inputs = node.op.inputs();
         loop {
-            let contribution = |i: NodeId| -> LeafSet {
-                if is_buffer(graph, &materialized, i) {
-                    smallvec::smallvec![i]
-                } else {
-                    leaves.get(&i).cloned().unwrap_or_default()
-                }
-            };
-            let mut set = LeafSet::new();
+            let mut this = Inlined { leaves: LeafSet::new(), ops: 1 };
             for &i in &inputs {
-                for leaf in contribution(i) {
-                    if !set.contains(&leaf) {
-                        set.push(leaf);
+                if is_buffer(graph, &materialized, i) {
+                    if !this.leaves.contains(&i) {
+                        this.leaves.push(i);
+                    }
+                } else if let Some(inner) = inlined.get(&i) {
+                    this.ops += inner.ops;
+                    for &leaf in &inner.leaves {
+                        if !this.leaves.contains(&leaf) {
+                            this.leaves.push(leaf);
+                        }
                     }
                 }
             }
-            if set.len() <= max_inputs {
-                leaves.insert(id, set);
+            if this.leaves.len() <= max_inputs && this.ops <= opts.max_ops.max(1) {
+                inlined.insert(id, this);
                 break;
             }
-            // Too many buffers: give the input reading the most of them a buffer of its own.
+            // Too many buffers or ops: give the input costing the most a buffer of its own.
+            let cost = |i: &NodeId| inlined.get(i).map_or((0, 0), |c| (c.leaves.len(), c.ops));
             let widest = inputs
                 .iter()
                 .copied()
                 .filter(|i| !is_buffer(graph, &materialized, *i) && graph.node(*i).op.is_compute())
-                .max_by_key(|i| leaves.get(i).map_or(0, |l| l.len()))
+                .max_by_key(|i| {
+                    let (leaves, ops) = cost(i);
+                    if this.leaves.len() > max_inputs {
+                        (leaves, ops)
+                    } else {
+                        (ops, leaves)
+                    }
+                })
                 .expect("a node of two buffer operands always fits");
             materialized.insert(widest);
         }
     }
-    Fusion { materialized, leaves }
+    Fusion { materialized, inlined }
 }
 
 /// Assigns materialized nodes (in topological order) to kernels.
@@ -110,7 +131,7 @@ fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Options) -> Ve
     let mut group_of: HashMap<NodeId, usize> = HashMap::new();
     for &id in order.iter().filter(|id| fusion.materialized.contains(id)) {
         let shape = &graph.node(id).shape;
-        let deps = fusion.leaves.get(&id).cloned().unwrap_or_default();
+        let Inlined { leaves: deps, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
             if grp.shape != *shape {
                 return false;
@@ -126,7 +147,7 @@ fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Options) -> Ve
                     inputs.push(*d);
                 }
             }
-            1 + grp.members.len() + 1 + inputs.len() <= opts.max_bindings
+            1 + grp.members.len() + 1 + inputs.len() <= opts.max_bindings && grp.ops + ops <= opts.max_ops
         };
         let target = if opts.fuse {
             let first = groups.len().saturating_sub(MERGE_WINDOW);
@@ -135,7 +156,7 @@ fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Options) -> Ve
             None
         };
         let g = target.unwrap_or_else(|| {
-            groups.push(Group { shape: shape.clone(), members: Vec::new(), inputs: LeafSet::new() });
+            groups.push(Group { shape: shape.clone(), members: Vec::new(), inputs: LeafSet::new(), ops: 0 });
             groups.len() - 1
         });
         for d in deps.iter().filter(|d| group_of.get(d) != Some(&g)) {
@@ -144,6 +165,7 @@ fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Options) -> Ve
             }
         }
         groups[g].members.push(id);
+        groups[g].ops += ops;
         group_of.insert(id, g);
     }
     groups
@@ -195,7 +217,8 @@ fn lower(graph: &Graph, fusion: &Fusion, grp: &Group, written: &dyn Fn(NodeId) -
                     Op::Binary(op, a, b) if ready => Instr::Binary(op, value[&a], value[&b]),
                     Op::Unary(..) | Op::Binary(..) => {
                         stack.push((id, true));
-                        for input in node.op.inputs() {
+                        // Reversed, so the first operand is evaluated (and numbered) first.
+                        for input in node.op.inputs().into_iter().rev() {
                             if !value.contains_key(&input) {
                                 stack.push((input, false));
                             }

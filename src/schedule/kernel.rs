@@ -9,7 +9,10 @@ use smallvec::SmallVec;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Instr {
     /// Read input `input` at the kernel's own index (`view: None`) or through the strided view `view`.
-    Load { input: usize, view: Option<usize> },
+    Load {
+        input: usize,
+        view: Option<usize>,
+    },
     /// The kernel parameter `Kernel::scalars[i]`.
     Scalar(usize),
     Unary(UnaryOp, usize),
@@ -28,7 +31,7 @@ pub struct Kernel {
     pub body: Vec<Instr>,
     /// Strides (in elements, one per axis of `shape`) of each strided view a `Load` uses. Values, not structure:
     /// they travel in the parameter buffer, so a new size reuses the pipeline.
-    pub views: Vec<SmallVec<[usize; 6]>>,
+    pub views: Vec<SmallVec<[usize; 4]>>,
     /// Scalar constants, also passed as parameters so that changing `5.0` to `6.0` compiles nothing.
     pub scalars: Vec<f32>,
     /// Graph nodes this kernel computes (fused ops), for debugging output.

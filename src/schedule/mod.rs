@@ -77,8 +77,8 @@ mod tests {
     use crate::op::{BinaryOp, UnaryOp};
     use crate::shape::Shape;
 
-    const FUSE: Options = Options { fuse: true, max_bindings: 8 };
-    const NOFUSE: Options = Options { fuse: false, max_bindings: 8 };
+    const FUSE: Options = Options { fuse: true, max_bindings: 8, max_ops: 256 };
+    const NOFUSE: Options = Options { fuse: false, max_bindings: 8, max_ops: 256 };
 
     fn data(g: &mut Graph, shape: &[usize]) -> NodeId {
         let s = Shape::from(shape);
@@ -194,6 +194,22 @@ mod tests {
         assert_eq!(p.kernels[0].outputs[0].0, small);
         assert!(p.kernels[1].inputs.contains(&small));
         assert!(p.frees.iter().all(|f| f.is_empty()), "requested outputs are never freed");
+    }
+
+    #[test]
+    fn long_chains_split_into_equal_kernels() {
+        let mut g = Graph::default();
+        let mut x = data(&mut g, &[4]);
+        for i in 0..1000 {
+            let c = scalar(&mut g, i as f32);
+            x = bin(&mut g, BinaryOp::Add, x, c);
+        }
+        let p = plan(&g, &[x], &FUSE);
+        assert_eq!(p.kernels.len(), 4);
+        assert!(p.kernels.iter().all(|k| k.fused_ops <= 256));
+        assert_eq!(p.kernels.iter().map(|k| k.fused_ops).sum::<usize>(), 1000);
+        let src: Vec<String> = p.kernels.iter().map(crate::codegen::generate).collect();
+        assert_eq!(src[1], src[2], "equal chunks share one pipeline");
     }
 
     #[test]

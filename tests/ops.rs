@@ -1,0 +1,205 @@
+//! Every op against the CPU reference: random data, broadcast shapes, odd sizes, NaN and infinities, and random
+//! expression trees (proptest), fused and unfused.
+
+mod common;
+
+use common::{assert_close, check, close, device, Rng};
+use lazor::op::{BinaryOp, UnaryOp};
+use lazor::{Device, Tensor};
+use proptest::prelude::*;
+
+/// Tolerances per op: exact-ish arithmetic, looser transcendental functions (GPU `exp`, `tanh`, `pow` are a few
+/// ulp off the CPU's).
+fn tolerance_unary(op: UnaryOp) -> (f32, f32) {
+    match op {
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Square => (0.0, 0.0),
+        UnaryOp::Sin | UnaryOp::Cos => (1e-4, 2e-5),
+        _ => (2e-5, 1e-6),
+    }
+}
+
+fn apply_unary(t: &Tensor, op: UnaryOp) -> Tensor {
+    match op {
+        UnaryOp::Neg => -t,
+        UnaryOp::Exp => t.exp(),
+        UnaryOp::Ln => t.ln(),
+        UnaryOp::Sqrt => t.sqrt(),
+        UnaryOp::Rsqrt => t.rsqrt(),
+        UnaryOp::Abs => t.abs(),
+        UnaryOp::Relu => t.relu(),
+        UnaryOp::Sigmoid => t.sigmoid(),
+        UnaryOp::Tanh => t.tanh(),
+        UnaryOp::Sin => t.sin(),
+        UnaryOp::Cos => t.cos(),
+        UnaryOp::Recip => t.recip(),
+        UnaryOp::Square => t.square(),
+        UnaryOp::Gelu => t.gelu(),
+        UnaryOp::Silu => t.silu(),
+    }
+}
+
+fn apply_binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Tensor {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Max => a.maximum(b),
+        BinaryOp::Min => a.minimum(b),
+        // powf takes a scalar exponent; a tensor exponent has no public method yet.
+        BinaryOp::Pow => unreachable!("tested separately"),
+    }
+}
+
+/// Values that exercise each op where it is defined and at its edges.
+fn domain(op: UnaryOp) -> (f32, f32) {
+    match op {
+        UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt => (0.01, 100.0),
+        UnaryOp::Exp => (-80.0, 80.0),
+        UnaryOp::Sin | UnaryOp::Cos => (-10.0, 10.0),
+        _ => (-20.0, 20.0),
+    }
+}
+
+#[test]
+fn unary_ops_match_the_reference_on_random_data() {
+    let dev = device();
+    let mut rng = Rng::new(11);
+    for (k, op) in UnaryOp::ALL.into_iter().enumerate() {
+        // Odd sizes, one past a workgroup, many workgroups.
+        let n = [1, 255, 257, 10_007][k % 4];
+        let (lo, hi) = domain(op);
+        let x = Tensor::from_vec_on(rng.vec(n, lo, hi), [n], &dev);
+        let (rel, abs) = tolerance_unary(op);
+        check(&apply_unary(&x, op), rel, abs, op.name());
+    }
+}
+
+#[test]
+fn binary_ops_match_the_reference_on_broadcast_shapes() {
+    let dev = device();
+    let mut rng = Rng::new(12);
+    let shapes: [(&[usize], &[usize]); 7] = [
+        (&[33], &[33]),
+        (&[2, 3], &[3]),
+        (&[4, 1], &[1, 5]),
+        (&[3, 1, 5], &[4, 1]),
+        (&[], &[7]),
+        (&[2, 3, 4, 5], &[1, 1, 4, 1]),
+        (&[1], &[300]),
+    ];
+    for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow) {
+        for (sa, sb) in shapes {
+            let na: usize = sa.iter().product();
+            let nb: usize = sb.iter().product();
+            let a = Tensor::from_vec_on(rng.vec(na, -10.0, 10.0), sa, &dev);
+            let b = Tensor::from_vec_on(rng.vec(nb, 0.5, 10.0), sb, &dev);
+            let what = format!("{} {sa:?} {sb:?}", op.name());
+            check(&apply_binary(&a, &b, op), 1e-6, 0.0, &what);
+            check(&apply_binary(&b, &a, op), 1e-6, 0.0, &what);
+        }
+    }
+}
+
+#[test]
+fn powf_follows_f32_rules() {
+    let dev = device();
+    let base = vec![-2.0, -0.5, 0.0, -0.0, 0.5, 2.0, 3.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1.0, -1.0];
+    let x = Tensor::from_vec_on(base.clone(), [base.len()], &dev);
+    for e in [0.0, 1.0, 2.0, 3.0, -1.0, -2.0, -3.0, 0.5, 2.5, -0.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e9] {
+        let want: Vec<f32> = x.to_vec().iter().map(|v| v.powf(e)).collect();
+        let got = x.powf(e).to_vec();
+        assert_close(&got, &want, 1e-5, 1e-6, &format!("powf({e})"));
+    }
+}
+
+#[test]
+fn ieee_special_values_behave_as_on_the_cpu() {
+    let dev = device();
+    let special = [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e30, -1e30, 3.5];
+    let n = special.len();
+    let x = Tensor::from_vec_on(special.to_vec(), [n], &dev);
+    // x / 0 = ±inf (or NaN for 0/0), sqrt(-1) = NaN, NaN propagates.
+    let zero = Tensor::zeros_on([n], &dev);
+    check(&(&x / &zero), 0.0, 0.0, "x / 0");
+    check(&(Tensor::scalar_on(-1.0, &dev).sqrt()), 0.0, 0.0, "sqrt(-1)");
+    for op in UnaryOp::ALL {
+        let (rel, abs) = tolerance_unary(op);
+        // Transcendentals at ±1e30 are not meaningful on a GPU (sin/cos argument reduction), skip just those.
+        let inputs: Vec<f32> = match op {
+            UnaryOp::Sin | UnaryOp::Cos => {
+                special.iter().copied().filter(|v| v.abs() < 1e3 || !v.is_finite()).collect()
+            }
+            _ => special.to_vec(),
+        };
+        let t = Tensor::from_vec_on(inputs.clone(), [inputs.len()], &dev);
+        check(&apply_unary(&t, op), rel, abs, &format!("{} on specials", op.name()));
+    }
+    for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow) {
+        // All pairs of specials, through broadcasting [n, 1] x [n].
+        let a = Tensor::from_vec_on(special.to_vec(), [n, 1], &dev);
+        check(&apply_binary(&a, &x, op), 1e-6, 0.0, &format!("{} on specials", op.name()));
+    }
+}
+
+/// A random expression: leaves are random tensors whose shapes broadcast to `shape`, or scalars.
+fn random_expr(dev: &Device, rng: &mut Rng, shape: &[usize], depth: usize) -> Tensor {
+    if depth == 0 || rng.below(4) == 0 {
+        if rng.below(5) == 0 {
+            return Tensor::scalar_on(rng.uniform(-2.0, 2.0), dev);
+        }
+        // Drop leading axes and set some axes to 1: still broadcasts to `shape`.
+        let skip = rng.below(shape.len() + 1);
+        let sub: Vec<usize> = shape[skip..].iter().map(|&d| if rng.below(3) == 0 { 1 } else { d }).collect();
+        let n = sub.iter().product();
+        return Tensor::from_vec_on(rng.vec(n, -2.0, 2.0), sub, dev);
+    }
+    let a = random_expr(dev, rng, shape, depth - 1);
+    match rng.below(10) {
+        0 => a.tanh(),
+        1 => a.sigmoid(),
+        2 => a.abs().sqrt(),
+        3 => a.silu(),
+        4 => -a,
+        _ => {
+            let b = random_expr(dev, rng, shape, depth - 1);
+            match rng.below(6) {
+                0 => &a + &b,
+                1 => &a - &b,
+                2 => &a * &b,
+                3 => &a / (b.abs() + 0.5),
+                4 => a.maximum(&b),
+                _ => a.minimum(&b),
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_expressions_match_the_reference(
+        seed in any::<u64>(),
+        shape in proptest::collection::vec(1usize..6, 0..4),
+        depth in 1usize..7,
+        fuse in any::<bool>(),
+    ) {
+        let dev = device();
+        dev.set_fusion(fuse);
+        let mut rng = Rng::new(seed);
+        let e = random_expr(&dev, &mut rng, &shape, depth);
+        // The expression may broadcast to less than `shape` when every leaf dropped an axis.
+        let want = lazor::reference::eval(&[&e]).pop().unwrap();
+        let got = e.to_vec();
+        prop_assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            prop_assert!(close(*g, *w, 1e-4, 1e-5), "element {}: got {}, want {}", i, g, w);
+        }
+        let s = dev.stats();
+        prop_assert!(s.submits <= 1);
+        if fuse {
+            prop_assert!(s.dispatches <= 1, "a fused tree of one output is at most one kernel");
+        }
+    }
+}
