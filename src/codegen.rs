@@ -64,7 +64,8 @@ const HELPERS: [(Helper, &str); 4] = [
     ),
 ];
 
-fn unary(op: UnaryOp, a: &str) -> String {
+/// `op` applied to `a`, whose WGSL type is `ty` (`f32` or `vec4<f32>`).
+fn unary(op: UnaryOp, a: &str, ty: &str) -> String {
     match op {
         UnaryOp::Neg => format!("-{a}"),
         UnaryOp::Exp => format!("exp({a})"),
@@ -73,7 +74,7 @@ fn unary(op: UnaryOp, a: &str) -> String {
         // `inverseSqrt` is undefined at 0 and below; this keeps 1/sqrt(0) = inf and NaN for negatives.
         UnaryOp::Rsqrt => format!("1.0 / sqrt({a})"),
         UnaryOp::Abs => format!("abs({a})"),
-        UnaryOp::Relu => format!("select({a}, 0.0, {a} < 0.0)"),
+        UnaryOp::Relu => format!("select({a}, {ty}(0.0), {a} < {ty}(0.0))"),
         UnaryOp::Sigmoid => format!("1.0 / (1.0 + exp(-{a}))"),
         UnaryOp::Tanh => format!("tanh({a})"),
         UnaryOp::Sin => format!("sin({a})"),
@@ -85,15 +86,28 @@ fn unary(op: UnaryOp, a: &str) -> String {
     }
 }
 
-fn binary(op: BinaryOp, a: &str, b: &str) -> String {
+/// `op` applied to `a` and `b`; `v` is `"4"` in vectorized kernels, selecting the helpers' vector forms.
+fn binary(op: BinaryOp, a: &str, b: &str, v: &str) -> String {
     match op {
         BinaryOp::Add => format!("{a} + {b}"),
         BinaryOp::Sub => format!("{a} - {b}"),
         BinaryOp::Mul => format!("{a} * {b}"),
         BinaryOp::Div => format!("{a} / {b}"),
-        BinaryOp::Max => format!("lz_max({a}, {b})"),
-        BinaryOp::Min => format!("lz_min({a}, {b})"),
-        BinaryOp::Pow => format!("lz_pow({a}, {b})"),
+        BinaryOp::Max => format!("lz_max{v}({a}, {b})"),
+        BinaryOp::Min => format!("lz_min{v}({a}, {b})"),
+        BinaryOp::Pow => format!("lz_pow{v}({a}, {b})"),
+    }
+}
+
+impl Helper {
+    /// The name of a two-operand helper, which vectorized kernels wrap componentwise.
+    fn binary_name(self) -> Option<&'static str> {
+        match self {
+            Helper::IsNan => None,
+            Helper::Max => Some("lz_max"),
+            Helper::Min => Some("lz_min"),
+            Helper::Pow => Some("lz_pow"),
+        }
     }
 }
 
@@ -108,7 +122,11 @@ fn helpers_of(op: BinaryOp) -> &'static [Helper] {
 
 /// The WGSL source of `kernel`. Bindings: 0 parameters, then outputs, then inputs.
 pub fn generate(kernel: &Kernel) -> String {
-    let ty = DType::F32.wgsl();
+    let scalar = DType::F32.wgsl();
+    // Kernels without strided loads run 4 elements per thread on vec4 (16-byte loads and stores).
+    let vectorized = kernel.width() == 4;
+    let ty = if vectorized { format!("vec4<{scalar}>") } else { scalar.to_string() };
+    let v = if vectorized { "4" } else { "" };
     let layout = kernel.layout();
     let mut used: Vec<Helper> = Vec::new();
     for instr in &kernel.body {
@@ -134,6 +152,14 @@ pub fn generate(kernel: &Kernel) -> String {
     for (h, src) in HELPERS {
         if used.contains(&h) {
             s.push_str(src);
+            if let (true, Some(name)) = (vectorized, h.binary_name()) {
+                // Componentwise vector form of a scalar helper.
+                let _ = writeln!(
+                    s,
+                    "fn {name}4(a: {ty}, b: {ty}) -> {ty} {{ return {ty}({name}(a.x, b.x), {name}(a.y, b.y), \
+                     {name}(a.z, b.z), {name}(a.w, b.w)); }}"
+                );
+            }
         }
     }
     let _ = write!(
@@ -141,7 +167,8 @@ pub fn generate(kernel: &Kernel) -> String {
         "@compute @workgroup_size({WORKGROUP_SIZE})\n\
          fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{\n\
          \x20   let i = gid.x + gid.y * nwg.x * {WORKGROUP_SIZE}u;\n\
-         \x20   if (i >= p[0]) {{ return; }}\n"
+         \x20   if (i >= {threads}) {{ return; }}\n",
+        threads = if vectorized { "(p[0] + 3u) / 4u" } else { "p[0]" },
     );
     // Coordinates of `i` in the iteration shape, innermost axis first, for strided loads.
     let rank = layout.rank;
@@ -163,9 +190,10 @@ pub fn generate(kernel: &Kernel) -> String {
                 let terms: Vec<String> = (0..rank).map(|d| format!("c{d} * p[{}]", base + d)).collect();
                 format!("i{input}[{}]", terms.join(" + "))
             }
+            Instr::Scalar(k) if vectorized => format!("{ty}(bitcast<f32>(p[{}]))", layout.scalars + k),
             Instr::Scalar(k) => format!("bitcast<f32>(p[{}])", layout.scalars + k),
-            Instr::Unary(op, a) => unary(op, &format!("t{a}")),
-            Instr::Binary(op, a, b) => binary(op, &format!("t{a}"), &format!("t{b}")),
+            Instr::Unary(op, a) => unary(op, &format!("t{a}"), &ty),
+            Instr::Binary(op, a, b) => binary(op, &format!("t{a}"), &format!("t{b}"), v),
         };
         let _ = writeln!(s, "    let t{n} = {rhs};");
     }

@@ -264,7 +264,9 @@ fn more_than_65535_workgroups_fold_into_two_dimensions() {
     let dev = device();
     let n = 65_535 * 256 + 1000; // one workgroup too many in x, and not a multiple of 256
     let a = Tensor::from_vec_on((0..n).map(|i| (i % 1000) as f32).collect(), [n], &dev);
-    let b = &a * 2.0 + 1.0;
+    // A broadcast operand makes the kernel strided, one element per thread: n threads, over 65535 workgroups.
+    let two = Tensor::from_vec_on(vec![2.0], [1], &dev);
+    let b = &a * &two + 1.0;
     let got = b.to_vec();
     for (i, v) in got.iter().enumerate() {
         assert_eq!(*v, (i % 1000) as f32 * 2.0 + 1.0, "element {i}");

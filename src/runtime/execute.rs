@@ -22,7 +22,8 @@ fn check_sizes(state: &State, plan: &Plan, limit: u64) -> Result<()> {
     let written = plan.kernels.iter().flat_map(|k| k.outputs.iter().map(|o| o.0));
     for id in plan.uploads.iter().copied().chain(written) {
         let node = state.graph.node(id);
-        let bytes = (node.shape.numel() * node.dtype.size()) as u64;
+        // Padded to a whole vec4, as kernels bind it.
+        let bytes = (node.shape.numel() * node.dtype.size()).next_multiple_of(16) as u64;
         if bytes > limit {
             return Err(Error::TooLarge { shape: node.shape.clone(), bytes, limit });
         }
@@ -107,7 +108,7 @@ impl Device {
                 };
                 let numel = kernel.shape.numel() as u64;
                 for &(id, _) in &kernel.outputs {
-                    let key = state.pool.alloc(&gpu.device, numel * 4, &mut state.stats);
+                    let key = state.pool.alloc(&gpu.device, kernel.binding_bytes(numel as usize), &mut state.stats);
                     written.insert(id, key);
                 }
                 let key_of = |id: NodeId| -> BufferKey {
@@ -120,7 +121,7 @@ impl Device {
                 }];
                 let stored = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().copied());
                 for (b, id) in stored.enumerate() {
-                    let bytes = (state.graph.node(id).shape.numel() * 4) as u64;
+                    let bytes = kernel.binding_bytes(state.graph.node(id).shape.numel());
                     entries.push(wgpu::BindGroupEntry {
                         binding: 1 + b as u32,
                         resource: binding(state.pool.get(key_of(id)), 0, bytes),
@@ -133,7 +134,7 @@ impl Device {
                 });
                 pass.set_pipeline(&pipeline);
                 pass.set_bind_group(0, &bind_group, &[]);
-                let (x, y) = codegen::dispatch_size(numel as usize, max_groups);
+                let (x, y) = codegen::dispatch_size(kernel.threads(), max_groups);
                 pass.dispatch_workgroups(x, y, 1);
                 state.stats.dispatches += 1;
                 for id in &plan.frees[n] {

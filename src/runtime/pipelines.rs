@@ -52,3 +52,26 @@ impl Pipelines {
         Ok(pipeline)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::gpu::Gpu;
+
+    #[test]
+    fn a_kernel_that_does_not_compile_is_an_error_and_not_cached() {
+        let gpu = Gpu::open().expect("tests need a wgpu adapter");
+        let mut cache = Pipelines::default();
+        let mut stats = Stats::default();
+        let bad = "@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }";
+        let err = cache.get(&gpu.device, bad, "bad", 0, &mut stats).unwrap_err();
+        assert!(matches!(err, Error::KernelCompile { ref kernel, .. } if kernel == "bad"), "{err}");
+        assert_eq!(stats.pipelines_compiled, 0);
+        assert!(cache.cache.is_empty());
+        gpu.check_health().expect("the error was caught by a scope, not left uncaptured");
+        let good = "@compute @workgroup_size(1) fn main() {}";
+        cache.get(&gpu.device, good, "good", 0, &mut stats).unwrap();
+        cache.get(&gpu.device, good, "good", 0, &mut stats).unwrap();
+        assert_eq!((stats.pipelines_compiled, stats.pipeline_cache_hits), (1, 1));
+    }
+}

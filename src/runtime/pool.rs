@@ -19,7 +19,7 @@ pub struct Pool {
     staging: BTreeMap<u64, Vec<wgpu::Buffer>>,
 }
 
-/// Buffer sizes are rounded to this, so near sizes share buffers.
+/// Buffer sizes are rounded to 256 bytes, so near sizes share buffers and every buffer holds whole vec4s.
 fn round(bytes: u64) -> u64 {
     bytes.max(4).next_multiple_of(256)
 }

@@ -77,6 +77,26 @@ impl Kernel {
         p
     }
 
+    /// Elements per thread: 4 (vec4 loads and stores) when every load is at the kernel's own index, else 1.
+    /// Buffers are padded to 16 bytes, so the last vector may run past `numel` harmlessly.
+    pub fn width(&self) -> usize {
+        if self.views.is_empty() {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// Threads the kernel runs.
+    pub fn threads(&self) -> usize {
+        self.shape.numel().div_ceil(self.width())
+    }
+
+    /// Bytes each buffer binding covers: the values, padded to a whole vector.
+    pub fn binding_bytes(&self, numel: usize) -> u64 {
+        (numel.next_multiple_of(self.width()) * 4) as u64
+    }
+
     /// Storage buffers the kernel binds: parameters, outputs and inputs.
     pub fn bindings(&self) -> usize {
         1 + self.outputs.len() + self.inputs.len()

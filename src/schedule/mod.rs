@@ -114,6 +114,8 @@ mod tests {
         assert_eq!(k.fused_ops, 4);
         assert_eq!(k.scalars, vec![5.0, 2.0]);
         assert!(k.views.is_empty(), "same-shape inputs are read at the kernel's own index");
+        assert_eq!(k.width(), 4, "so it runs on vec4");
+        assert!(crate::codegen::generate(k).contains("array<vec4<f32>>"));
         assert_eq!(p.uploads.len(), 3);
     }
 
@@ -148,6 +150,7 @@ mod tests {
         assert_eq!(k.views.len(), 1);
         assert_eq!(k.views[0].as_slice(), &[0, 1]);
         assert_eq!(k.params(), vec![6, 2, 3, 0, 1]);
+        assert_eq!(k.width(), 1, "strided kernels run one element per thread");
     }
 
     #[test]
