@@ -64,8 +64,8 @@ const HELPERS: [(Helper, &str); 4] = [
     ),
 ];
 
-/// `op` applied to `a`, whose WGSL type is `ty` (`f32` or `vec4<f32>`).
-fn unary(op: UnaryOp, a: &str, ty: &str) -> String {
+/// `op` applied to `a`, whose WGSL type is `ty` (`f32` or `vec4<f32>`); `v` is `"4"` in vectorized kernels.
+fn unary(op: UnaryOp, a: &str, ty: &str, v: &str) -> String {
     match op {
         UnaryOp::Neg => format!("-{a}"),
         UnaryOp::Exp => format!("exp({a})"),
@@ -74,7 +74,8 @@ fn unary(op: UnaryOp, a: &str, ty: &str) -> String {
         // `inverseSqrt` is undefined at 0 and below; this keeps 1/sqrt(0) = inf and NaN for negatives.
         UnaryOp::Rsqrt => format!("1.0 / sqrt({a})"),
         UnaryOp::Abs => format!("abs({a})"),
-        UnaryOp::Relu => format!("select({a}, {ty}(0.0), {a} < {ty}(0.0))"),
+        // Not `select(a, 0, a < 0)`: NVIDIA's compiler turns that into a max that drops NaN.
+        UnaryOp::Relu => format!("select(max({a}, {ty}(0.0)), {a}, lz_isnan{v}({a}))"),
         UnaryOp::Sigmoid => format!("1.0 / (1.0 + exp(-{a}))"),
         UnaryOp::Tanh => format!("tanh({a})"),
         UnaryOp::Sin => format!("sin({a})"),
@@ -130,11 +131,14 @@ pub fn generate(kernel: &Kernel) -> String {
     let layout = kernel.layout();
     let mut used: Vec<Helper> = Vec::new();
     for instr in &kernel.body {
-        if let Instr::Binary(op, ..) = instr {
-            for h in helpers_of(*op) {
-                if !used.contains(h) {
-                    used.push(*h);
-                }
+        let needs: &[Helper] = match instr {
+            Instr::Binary(op, ..) => helpers_of(*op),
+            Instr::Unary(UnaryOp::Relu, _) => &[Helper::IsNan],
+            _ => &[],
+        };
+        for h in needs {
+            if !used.contains(h) {
+                used.push(*h);
             }
         }
     }
@@ -152,6 +156,12 @@ pub fn generate(kernel: &Kernel) -> String {
     for (h, src) in HELPERS {
         if used.contains(&h) {
             s.push_str(src);
+            if vectorized && h == Helper::IsNan {
+                s.push_str(
+                    "fn lz_isnan4(x: vec4<f32>) -> vec4<bool> { \
+                     return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u); }\n",
+                );
+            }
             if let (true, Some(name)) = (vectorized, h.binary_name()) {
                 // Componentwise vector form of a scalar helper.
                 let _ = writeln!(
@@ -192,7 +202,7 @@ pub fn generate(kernel: &Kernel) -> String {
             }
             Instr::Scalar(k) if vectorized => format!("{ty}(bitcast<f32>(p[{}]))", layout.scalars + k),
             Instr::Scalar(k) => format!("bitcast<f32>(p[{}])", layout.scalars + k),
-            Instr::Unary(op, a) => unary(op, &format!("t{a}"), &ty),
+            Instr::Unary(op, a) => unary(op, &format!("t{a}"), &ty, v),
             Instr::Binary(op, a, b) => binary(op, &format!("t{a}"), &format!("t{b}"), v),
         };
         let _ = writeln!(s, "    let t{n} = {rhs};");

@@ -255,7 +255,8 @@ fn kernels_split_at_the_binding_limit() {
     }
     check(&sum, 1e-5, 1e-5, "sum of 80 tensors");
     let s = dev.stats();
-    assert!(s.dispatches >= 3, "80 inputs cannot bind in one kernel: {} dispatches", s.dispatches);
+    // lazor binds at most 64 buffers per kernel (fewer where the adapter allows fewer: 32 on lavapipe).
+    assert!(s.dispatches >= 2, "80 inputs cannot bind in one kernel: {} dispatches", s.dispatches);
     assert_eq!(s.submits, 1);
 }
 

@@ -11,6 +11,10 @@ use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::time::Instant;
 
+/// The most storage buffers lazor binds in one kernel, whatever the adapter allows (NVIDIA allows thousands):
+/// past this, a longer bind group costs more per dispatch than a split saves.
+pub const MAX_BINDINGS: usize = 64;
+
 /// A buffer being read back: the staging copy and the byte count of the value in it.
 pub(crate) struct Staged {
     pub buffer: wgpu::Buffer,
@@ -45,7 +49,7 @@ impl Device {
         let debug = crate::env::debug_level();
         let opts = Options {
             fuse: self.fusion(),
-            max_bindings: gpu.limits.max_storage_buffers_per_shader_stage as usize,
+            max_bindings: (gpu.limits.max_storage_buffers_per_shader_stage as usize).min(MAX_BINDINGS),
             max_ops: self.inner.max_ops,
         };
         let mut guard = self.state();
