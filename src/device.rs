@@ -29,6 +29,8 @@ pub(crate) struct Inner {
     fuse: AtomicBool,
     /// `LAZOR_MAX_FUSED_OPS`, read once.
     pub max_ops: usize,
+    /// `LAZOR_DEBUG`, read once.
+    pub debug: u32,
 }
 
 static DEFAULT: OnceLock<Device> = OnceLock::new();
@@ -49,6 +51,7 @@ impl Device {
                 state: Mutex::new(State::default()),
                 fuse: AtomicBool::new(!crate::env::nofuse()),
                 max_ops: crate::env::max_fused_ops(),
+                debug: crate::env::debug_level(),
             }),
         })
     }

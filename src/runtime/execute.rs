@@ -46,7 +46,7 @@ impl Device {
         let gpu = &self.inner.gpu;
         gpu.check_health()?;
         let start = Instant::now();
-        let debug = crate::env::debug_level();
+        let debug = self.inner.debug;
         let opts = Options {
             fuse: self.fusion(),
             max_bindings: (gpu.limits.max_storage_buffers_per_shader_stage as usize).min(MAX_BINDINGS),
