@@ -86,13 +86,8 @@ fn open_raw(lazor_adapter: &str) -> Option<(wgpu::Device, wgpu::Queue, wgpu::Ada
 }
 
 fn elementwise(c: &mut Criterion) {
-    let dev = match Device::new() {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("elementwise: skipped, no GPU adapter: {e}");
-            return;
-        }
-    };
+    // No adapter is a failure, not a skip: a benchmark that silently measures nothing hides the problem.
+    let dev = Device::new().unwrap_or_else(|e| panic!("elementwise: no GPU adapter: {e}"));
     let big = std::env::var("LAZOR_BENCH_BIG").is_ok_and(|v| v.trim() == "1");
     let mut sizes = vec![1usize << 10, 1 << 16, 1 << 20, 1 << 24];
     if dev.max_tensor_bytes() >= 4 << 26 {
