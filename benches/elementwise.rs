@@ -10,79 +10,19 @@
 //! already on the device, then `realize()` and `synchronize()`; `to_vec` includes the read-back. Throughput is the
 //! bytes the fused ideal moves (three f32 inputs read once, one f32 output written once: 16 bytes per element),
 //! for the unfused rows too, so their GB/s compare directly. `copy/wgpu/<elements>` times one
-//! `copy_buffer_to_buffer` of 4 bytes x elements per submit, then the wait, on a raw wgpu device on the same
-//! adapter, counting bytes read plus written (8 per element). `examples/bench.rs` prints the same as a table.
+//! `copy_buffer_to_buffer` of 4 bytes x elements per submit, then the wait, on lazor's own wgpu device
+//! (`Device::wgpu_device()`), counting bytes read plus written (8 per element). `examples/bench.rs` prints the same as a table.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
+mod common;
+
+use common::{Case, IDEAL_BYTES_PER_ELEMENT};
 use lazor::{Device, Tensor};
 use std::hint::black_box;
 use std::time::Duration;
 
-/// Bytes per element the fused ideal moves for every case below.
-const IDEAL_BYTES_PER_ELEMENT: u64 = 16;
-
-#[derive(Clone, Copy)]
-enum Case {
-    Chain3,
-    Chain16,
-    Unary,
-}
-
-impl Case {
-    fn name(self) -> &'static str {
-        match self {
-            Case::Chain3 => "chain3",
-            Case::Chain16 => "chain16",
-            Case::Unary => "unary",
-        }
-    }
-
-    fn build(self, a: &Tensor, b: &Tensor, c: &Tensor) -> Tensor {
-        match self {
-            Case::Chain3 => ((a + b) * 5.0 - c) / 2.0,
-            Case::Chain16 => {
-                let mut x = a.clone();
-                for _ in 0..4 {
-                    x = ((&x + b) * 1.01 - c) / 1.02;
-                }
-                x
-            }
-            Case::Unary => ((a * 0.1).exp() + b.abs()).sqrt() * c.tanh(),
-        }
-    }
-}
-
 fn inputs(n: usize, k: usize) -> Vec<f32> {
     (0..n).map(|i| ((i * 7 + k * 13) % 1024) as f32 / 512.0 - 1.0).collect()
-}
-
-fn rank(t: wgpu::DeviceType) -> u8 {
-    match t {
-        wgpu::DeviceType::DiscreteGpu => 0,
-        wgpu::DeviceType::IntegratedGpu => 1,
-        wgpu::DeviceType::VirtualGpu => 2,
-        wgpu::DeviceType::Other => 3,
-        wgpu::DeviceType::Cpu => 4,
-    }
-}
-
-/// A raw wgpu device on the adapter lazor chose (same name), else the best one, with the adapter's own limits
-/// (wgpu's defaults refuse buffers over 256 MiB and bindings over 128 MiB).
-fn open_raw(lazor_adapter: &str) -> Option<(wgpu::Device, wgpu::Queue, wgpu::AdapterInfo)> {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    let backends = wgpu::Backends::all() & !wgpu::Backends::GL;
-    desc.backends = backends;
-    let instance = wgpu::Instance::new(desc);
-    let mut adapters = pollster::block_on(instance.enumerate_adapters(backends));
-    adapters.sort_by_key(|a| (a.get_info().name != lazor_adapter, rank(a.get_info().device_type)));
-    let adapter = adapters.into_iter().next()?;
-    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        label: Some("bench copy"),
-        required_limits: adapter.limits(),
-        ..Default::default()
-    }))
-    .ok()?;
-    Some((device, queue, adapter.get_info()))
 }
 
 fn elementwise(c: &mut Criterion) {
@@ -93,12 +33,7 @@ fn elementwise(c: &mut Criterion) {
     if dev.max_tensor_bytes() >= 4 << 26 {
         sizes.push(1 << 26);
     }
-    let raw = open_raw(&dev.adapter_name());
-    // lazor does not expose the device type; the raw device, on the same adapter, tells it.
-    let cpu = match &raw {
-        Some((_, _, info)) if info.name == dev.adapter_name() => info.device_type == wgpu::DeviceType::Cpu,
-        _ => dev.adapter_name().to_lowercase().contains("llvmpipe"),
-    };
+    let cpu = dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
     sizes.retain(|&n| big || !cpu || n < 1 << 24);
     eprintln!("elementwise: {} ({}), sizes {sizes:?}", dev.adapter_name(), dev.backend());
 
@@ -137,10 +72,9 @@ fn elementwise(c: &mut Criterion) {
         }
     }
 
-    let Some((device, queue, _)) = raw else {
-        eprintln!("elementwise: copy skipped, no raw wgpu device");
-        return;
-    };
+    // The copy runs on lazor's own wgpu device: the device's own copy rate, measured in the same run.
+    let dev = Device::new().expect("device");
+    let (device, queue) = (dev.wgpu_device(), dev.wgpu_queue());
     let mut g = c.benchmark_group("copy");
     g.sampling_mode(SamplingMode::Flat);
     for &n in &sizes {

@@ -17,67 +17,20 @@
 //! `synchronize()`. Copy rates count bytes read plus bytes written (8 per element). Each size runs on a fresh lazor
 //! `Device`, so buffers pooled at one size do not crowd the pool at the next.
 
+#[path = "../benches/common/mod.rs"]
+mod common;
+
+use common::{Case, IDEAL_BYTES_PER_ELEMENT};
 use lazor::{Device, Tensor};
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Bytes per element the fused ideal moves: three f32 inputs read once, one f32 output written once.
-const IDEAL_BYTES_PER_ELEMENT: u64 = 16;
 const WARMUP: usize = 3;
 /// Warm-up also lasts at least this long, so the GPU is busy (and clocked up) before timing starts.
 const WARMUP_MIN: Duration = Duration::from_millis(200);
 const MIN_RUNS: usize = 5;
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Case {
-    Chain3,
-    Chain16,
-    Unary,
-}
-
-impl Case {
-    const ALL: [Case; 3] = [Case::Chain3, Case::Chain16, Case::Unary];
-
-    fn name(self) -> &'static str {
-        match self {
-            Case::Chain3 => "chain3",
-            Case::Chain16 => "chain16",
-            Case::Unary => "unary",
-        }
-    }
-
-    /// The lazy expression (nothing runs here).
-    fn build(self, a: &Tensor, b: &Tensor, c: &Tensor) -> Tensor {
-        match self {
-            Case::Chain3 => ((a + b) * 5.0 - c) / 2.0,
-            Case::Chain16 => {
-                let mut x = a.clone();
-                for _ in 0..4 {
-                    x = ((&x + b) * 1.01 - c) / 1.02;
-                }
-                x
-            }
-            Case::Unary => ((a * 0.1).exp() + b.abs()).sqrt() * c.tanh(),
-        }
-    }
-
-    /// The same math on the host, for the correctness check.
-    fn host(self, a: f32, b: f32, c: f32) -> f32 {
-        match self {
-            Case::Chain3 => ((a + b) * 5.0 - c) / 2.0,
-            Case::Chain16 => {
-                let mut x = a;
-                for _ in 0..4 {
-                    x = ((x + b) * 1.01 - c) / 1.02;
-                }
-                x
-            }
-            Case::Unary => ((a * 0.1).exp() + b.abs()).sqrt() * c.tanh(),
-        }
-    }
-}
 
 struct Config {
     runs: usize,
@@ -158,7 +111,7 @@ fn size_name(n: usize) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Raw wgpu on the same adapter: the device's copy rates, and hand-written kernels next to lazor's codegen.
+// Raw wgpu on lazor's own device: the device's copy rates, and hand-written kernels next to lazor's codegen.
 // ---------------------------------------------------------------------------------------------------------------
 
 struct Raw {
@@ -168,35 +121,11 @@ struct Raw {
     max_groups: u32,
 }
 
-fn rank(t: wgpu::DeviceType) -> u8 {
-    match t {
-        wgpu::DeviceType::DiscreteGpu => 0,
-        wgpu::DeviceType::IntegratedGpu => 1,
-        wgpu::DeviceType::VirtualGpu => 2,
-        wgpu::DeviceType::Other => 3,
-        wgpu::DeviceType::Cpu => 4,
-    }
-}
-
-/// Opens the adapter lazor chose (same name), else the best by discrete > integrated > cpu, with its own limits
-/// (wgpu's defaults refuse buffers over 256 MiB and bindings over 128 MiB).
-fn open_raw(lazor_adapter: &str) -> Result<Raw, String> {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    let backends = wgpu::Backends::all() & !wgpu::Backends::GL;
-    desc.backends = backends;
-    let instance = wgpu::Instance::new(desc);
-    let mut adapters = pollster::block_on(instance.enumerate_adapters(backends));
-    adapters.sort_by_key(|a| (a.get_info().name != lazor_adapter, rank(a.get_info().device_type)));
-    let adapter = adapters.into_iter().next().ok_or("no wgpu adapter for the copy baseline")?;
-    let info = adapter.get_info();
-    let limits = adapter.limits();
-    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        label: Some("bench raw"),
-        required_limits: limits.clone(),
-        ..Default::default()
-    }))
-    .map_err(|e| format!("request_device on {}: {e}", info.name))?;
-    Ok(Raw { device, queue, info, max_groups: limits.max_compute_workgroups_per_dimension })
+/// lazor's own wgpu device, so copies and hand-written kernels run on exactly the device lazor measures.
+fn open_raw(dev: &Device) -> Raw {
+    let device = dev.wgpu_device().clone();
+    let max_groups = device.limits().max_compute_workgroups_per_dimension;
+    Raw { device, queue: dev.wgpu_queue().clone(), info: dev.adapter_info(), max_groups }
 }
 
 const HEADER: &str = "@group(0) @binding(0) var<storage, read> p: array<u32>;\n";
@@ -624,13 +553,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let raw = match open_raw(&dev.adapter_name()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("bench: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let raw = open_raw(&dev);
     let cpu = raw.info.device_type == wgpu::DeviceType::Cpu;
     let big = std::env::var("LAZOR_BENCH_BIG").is_ok_and(|v| v.trim() == "1");
     let max_log2 = env_num("LAZOR_BENCH_MAX_LOG2").unwrap_or(64);

@@ -88,6 +88,22 @@ impl Device {
         format!("{:?}", self.inner.gpu.info.backend)
     }
 
+    /// The adapter's description: name, vendor, device type, backend, driver.
+    pub fn adapter_info(&self) -> wgpu::AdapterInfo {
+        self.inner.gpu.info.clone()
+    }
+
+    /// The underlying wgpu device, for interop (custom kernels, measuring the device's own copy rate) next to
+    /// lazor's work. lazor's tensors and buffers stay private.
+    pub fn wgpu_device(&self) -> &wgpu::Device {
+        &self.inner.gpu.device
+    }
+
+    /// The underlying wgpu queue: what lazor submits to, in order with anything submitted here.
+    pub fn wgpu_queue(&self) -> &wgpu::Queue {
+        &self.inner.gpu.queue
+    }
+
     /// Turns fusion on (the default) or off (one kernel per op, as with `LAZOR_NOFUSE=1`) for later realizes.
     pub fn set_fusion(&self, on: bool) {
         self.inner.fuse.store(on, Ordering::Relaxed);

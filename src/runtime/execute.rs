@@ -103,7 +103,7 @@ impl Device {
             for (n, kernel) in plan.kernels.iter().enumerate() {
                 let wgsl = codegen::generate(kernel);
                 let name = format!("k{}x{}", kernel.fused_ops, kernel.outputs.len());
-                let pipeline = match state.pipelines.get(&gpu.device, &wgsl, &name, debug, &mut state.stats) {
+                let compiled = match state.pipelines.get(&gpu.device, &wgsl, &name, debug, &mut state.stats) {
                     Ok(p) => p,
                     Err(e) => {
                         compile_error = Some(e);
@@ -133,10 +133,10 @@ impl Device {
                 }
                 let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: None,
-                    layout: &pipeline.get_bind_group_layout(0),
+                    layout: &compiled.layout,
                     entries: &entries,
                 });
-                pass.set_pipeline(&pipeline);
+                pass.set_pipeline(&compiled.pipeline);
                 pass.set_bind_group(0, &bind_group, &[]);
                 let (x, y) = codegen::dispatch_size(kernel.threads(), max_groups);
                 pass.dispatch_workgroups(x, y, 1);

@@ -6,10 +6,17 @@ use crate::stats::Stats;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// A compiled kernel and the layout its bind groups use, fetched once rather than per dispatch.
+#[derive(Debug)]
+pub struct Compiled {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
 /// Compiled compute pipelines by source.
 #[derive(Default)]
 pub struct Pipelines {
-    cache: HashMap<String, Arc<wgpu::ComputePipeline>>,
+    cache: HashMap<String, Arc<Compiled>>,
 }
 
 impl Pipelines {
@@ -24,7 +31,7 @@ impl Pipelines {
         name: &str,
         debug: u32,
         stats: &mut Stats,
-    ) -> Result<Arc<wgpu::ComputePipeline>> {
+    ) -> Result<Arc<Compiled>> {
         if let Some(p) = self.cache.get(wgsl) {
             stats.pipeline_cache_hits += 1;
             return Ok(p.clone());
@@ -47,9 +54,10 @@ impl Pipelines {
         });
         scopes.pop().map_err(|e| Error::KernelCompile { kernel: name.to_string(), message: e.to_string() })?;
         stats.pipelines_compiled += 1;
-        let pipeline = Arc::new(pipeline);
-        self.cache.insert(wgsl.to_string(), pipeline.clone());
-        Ok(pipeline)
+        let layout = pipeline.get_bind_group_layout(0);
+        let compiled = Arc::new(Compiled { pipeline, layout });
+        self.cache.insert(wgsl.to_string(), compiled.clone());
+        Ok(compiled)
     }
 }
 

@@ -1,7 +1,6 @@
 //! Reading results back: map the staging copies a realize made, wait (blocking or as a future), copy out.
 
 use super::execute::Staged;
-use super::gpu::Gpu;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
@@ -15,17 +14,6 @@ type Slot = Arc<Mutex<Option<Result<(), String>>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Gpu {
-    /// Blocks until the queue is idle.
-    ///
-    /// # Errors
-    /// [`Error::DeviceLost`] when the device is gone, or what [`Gpu::check_health`] finds.
-    pub fn wait(&self) -> Result<()> {
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::DeviceLost(e.to_string()))?;
-        self.check_health()
-    }
 }
 
 /// Starts mapping every staging buffer.
