@@ -1,14 +1,17 @@
-//! `Device`: a handle to one GPU with its own graph, buffers, pipeline cache and counters.
+//! `Device`: a handle to one backend with its own graph and counters.
 
+use crate::backend::wgpu::WgpuBackend;
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
-use crate::runtime::{gpu::Gpu, State};
+use crate::realize::State;
 use crate::stats::Stats;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-/// A GPU and everything lazor keeps for it. Cheap to clone (a handle); `Send` and `Sync`.
+/// A device (today a wgpu adapter) and everything lazor keeps for it: its graph, buffers, pipelines and counters.
+/// Cheap to clone (a handle); `Send` and `Sync`.
 ///
 /// # Examples
 /// ```no_run
@@ -24,7 +27,7 @@ pub struct Device {
 }
 
 pub(crate) struct Inner {
-    pub gpu: Gpu,
+    pub backend: Box<dyn Backend>,
     state: Mutex<State>,
     fuse: AtomicBool,
     /// `LAZOR_MAX_FUSED_OPS`, read once.
@@ -44,16 +47,31 @@ impl Device {
     /// [`Error::NoAdapter`] when no adapter matches, [`Error::DeviceCreation`] when the adapter refuses,
     /// [`Error::Env`] for a bad `LAZOR_BACKEND`.
     pub fn new() -> Result<Device> {
-        let gpu = Gpu::open()?;
-        Ok(Device {
+        Ok(Device::with_backend(Box::new(WgpuBackend::open()?)))
+    }
+
+    fn with_backend(backend: Box<dyn Backend>) -> Device {
+        Device {
             inner: Arc::new(Inner {
-                gpu,
+                backend,
                 state: Mutex::new(State::default()),
                 fuse: AtomicBool::new(!crate::env::nofuse()),
                 max_ops: crate::env::max_fused_ops(),
                 debug: crate::env::debug_level(),
             }),
-        })
+        }
+    }
+
+    /// The wgpu backend of this device.
+    ///
+    /// # Panics
+    /// If the device runs on another backend.
+    #[track_caller]
+    fn wgpu(&self) -> &WgpuBackend {
+        match self.inner.backend.as_any().downcast_ref::<WgpuBackend>() {
+            Some(w) => w,
+            None => panic!("lazor: {} is not a wgpu device", self.inner.backend.name()),
+        }
     }
 
     /// The process-wide device, opened on first use.
@@ -79,29 +97,49 @@ impl Device {
     }
 
     /// The adapter's name, e.g. "NVIDIA H200" or "llvmpipe (LLVM 15.0.6, 256 bits)".
+    ///
+    /// # Panics
+    /// If the device is not a wgpu device.
     pub fn adapter_name(&self) -> String {
-        self.inner.gpu.info.name.clone()
+        self.wgpu().gpu.info.name.clone()
     }
 
     /// The adapter's backend ("Vulkan", "Metal", ...).
+    ///
+    /// # Panics
+    /// If the device is not a wgpu device.
     pub fn backend(&self) -> String {
-        format!("{:?}", self.inner.gpu.info.backend)
+        format!("{:?}", self.wgpu().gpu.info.backend)
     }
 
     /// The adapter's description: name, vendor, device type, backend, driver.
+    ///
+    /// # Panics
+    /// If the device is not a wgpu device.
     pub fn adapter_info(&self) -> wgpu::AdapterInfo {
-        self.inner.gpu.info.clone()
+        self.wgpu().gpu.info.clone()
+    }
+
+    /// A human-readable name of the device and its backend, e.g. "NVIDIA H200 (Vulkan)".
+    pub fn name(&self) -> String {
+        self.inner.backend.name()
     }
 
     /// The underlying wgpu device, for interop (custom kernels, measuring the device's own copy rate) next to
     /// lazor's work. lazor's tensors and buffers stay private.
+    ///
+    /// # Panics
+    /// If the device is not a wgpu device.
     pub fn wgpu_device(&self) -> &wgpu::Device {
-        &self.inner.gpu.device
+        &self.wgpu().gpu.device
     }
 
     /// The underlying wgpu queue: what lazor submits to, in order with anything submitted here.
+    ///
+    /// # Panics
+    /// If the device is not a wgpu device.
     pub fn wgpu_queue(&self) -> &wgpu::Queue {
-        &self.inner.gpu.queue
+        &self.wgpu().gpu.queue
     }
 
     /// Turns fusion on (the default) or off (one kernel per op, as with `LAZOR_NOFUSE=1`) for later realizes.
@@ -124,12 +162,12 @@ impl Device {
     /// # Errors
     /// [`Error::DeviceLost`] if the device was lost.
     pub fn synchronize(&self) -> Result<()> {
-        self.inner.gpu.wait()
+        self.inner.backend.synchronize()
     }
 
     /// The largest tensor, in bytes, one kernel can bind on this device.
     pub fn max_tensor_bytes(&self) -> u64 {
-        self.inner.gpu.max_binding_bytes()
+        self.inner.backend.max_buffer_bytes()
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
@@ -164,9 +202,6 @@ impl Eq for Device {}
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Device")
-            .field("adapter", &self.inner.gpu.info.name)
-            .field("backend", &self.inner.gpu.info.backend)
-            .finish()
+        f.debug_struct("Device").field("name", &self.inner.backend.name()).finish()
     }
 }

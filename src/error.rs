@@ -8,25 +8,62 @@ use crate::shape::Shape;
 pub enum Error {
     /// Two operands of a binary op whose shapes cannot broadcast.
     #[error("lazor: {op}: shapes {lhs} and {rhs} cannot be broadcast together")]
-    Broadcast { op: &'static str, lhs: Shape, rhs: Shape },
+    Broadcast {
+        /// The op, as users call it.
+        op: &'static str,
+        /// The left operand's shape.
+        lhs: Shape,
+        /// The right operand's shape.
+        rhs: Shape,
+    },
+    /// A bad argument to a view or shape op: the message names the argument; `shape` is the operand's.
+    #[error("lazor: {op}: {message} (tensor of shape {shape})")]
+    BadArgument {
+        /// The op, as users call it.
+        op: &'static str,
+        /// What went wrong.
+        message: String,
+        /// The tensor's shape.
+        shape: Shape,
+    },
     /// Operands that live on two different devices.
     #[error("lazor: {op}: operands live on different devices")]
-    DeviceMismatch { op: &'static str },
+    DeviceMismatch {
+        /// The op, as users call it.
+        op: &'static str,
+    },
     /// No adapter matched the request (`LAZOR_BACKEND`, `LAZOR_ADAPTER`) or none exists.
     #[error("lazor: no GPU adapter found ({0})")]
     NoAdapter(String),
     /// The adapter refused to create a device.
     #[error("lazor: could not create a device on {adapter}: {message}")]
-    DeviceCreation { adapter: String, message: String },
+    DeviceCreation {
+        /// The adapter's name.
+        adapter: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A tensor needs a buffer larger than the adapter can bind.
     #[error("lazor: tensor of shape {shape} needs {bytes} bytes, above this adapter's storage binding limit of {limit} bytes")]
-    TooLarge { shape: Shape, bytes: u64, limit: u64 },
+    TooLarge {
+        /// The tensor's shape.
+        shape: Shape,
+        /// Bytes the tensor needs.
+        bytes: u64,
+        /// Bytes one binding may cover on this adapter.
+        limit: u64,
+    },
     /// The device ran out of memory.
     #[error("lazor: out of GPU memory: {0}")]
     OutOfMemory(String),
     /// A generated kernel did not compile; the message names the kernel.
     #[error("lazor: kernel `{kernel}` failed to compile: {message}")]
-    KernelCompile { kernel: String, message: String },
+    KernelCompile {
+        /// The kernel's name.
+        kernel: String,
+        /// What went wrong.
+        message: String,
+    },
     /// wgpu rejected a call: a bug in lazor, reported rather than hidden.
     #[error("lazor: wgpu validation error: {0}")]
     Validation(String),
@@ -38,7 +75,14 @@ pub enum Error {
     ReadBack(String),
     /// A bad value for a `LAZOR_*` environment variable.
     #[error("lazor: {var}={value}: {message}")]
-    Env { var: &'static str, value: String, message: String },
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// `Result` with lazor's [`Error`].

@@ -5,6 +5,7 @@
 use crate::dtype::DType;
 use crate::op::{BinaryOp, UnaryOp};
 use crate::shape::Shape;
+use crate::view::View;
 use slotmap::{new_key_type, SlotMap};
 use smallvec::SmallVec;
 
@@ -26,21 +27,28 @@ pub enum Op {
     Buffer,
     Unary(UnaryOp, NodeId),
     Binary(BinaryOp, NodeId, NodeId),
+    /// The input seen through a strided view of its row-major index space: no data moves.
+    View(View, NodeId),
+    /// The inputs joined along an axis; each consumer picks the right input per element.
+    Cat(SmallVec<[NodeId; 4]>, usize),
+    /// The input stored in its own row-major buffer (always materialized).
+    Contiguous(NodeId),
 }
 
 impl Op {
     /// The nodes this op reads.
-    pub fn inputs(&self) -> SmallVec<[NodeId; 2]> {
-        match *self {
+    pub fn inputs(&self) -> SmallVec<[NodeId; 4]> {
+        match self {
             Op::Data(_) | Op::Const(_) | Op::Buffer => SmallVec::new(),
-            Op::Unary(_, a) => smallvec::smallvec![a],
-            Op::Binary(_, a, b) => smallvec::smallvec![a, b],
+            Op::Unary(_, a) | Op::View(_, a) | Op::Contiguous(a) => smallvec::smallvec![*a],
+            Op::Binary(_, a, b) => smallvec::smallvec![*a, *b],
+            Op::Cat(parts, _) => parts.clone(),
         }
     }
 
-    /// Whether the op is computed by a kernel (as opposed to being a buffer or a constant).
+    /// Whether the op is evaluated inside a kernel (as opposed to being a buffer or a constant).
     pub fn is_compute(&self) -> bool {
-        matches!(self, Op::Unary(..) | Op::Binary(..))
+        !matches!(self, Op::Data(_) | Op::Const(_) | Op::Buffer)
     }
 }
 
@@ -79,16 +87,13 @@ impl Graph {
         &self.nodes[id]
     }
 
-    pub(crate) fn node_mut(&mut self, id: NodeId) -> &mut Node {
-        &mut self.nodes[id]
-    }
-
     /// Number of live nodes.
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
 
     /// Whether the graph holds no nodes.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }

@@ -1,8 +1,8 @@
 //! lazor: lazy, fused GPU tensors on wgpu.
 //!
 //! Write tensor math as if it ran eagerly; nothing runs until a value is needed. Then lazor orders the expression
-//! graph, fuses every elementwise chain into one generated WGSL kernel, plans buffers so no intermediate outlives
-//! its last use, and submits the whole realize to the GPU at once.
+//! graph, fuses every elementwise chain (views and concatenations included) into one generated WGSL kernel, plans
+//! buffers so no intermediate outlives its last use, and submits the whole realize to the GPU at once.
 //!
 //! ```no_run
 //! use lazor::Tensor;
@@ -13,25 +13,35 @@
 //! assert_eq!(d.to_vec()[0], 1.0 - 55.0 / 2.0);
 //! ```
 //!
-//! Data flows through the modules in this order: [`tensor`]/`ops` (the API) -> [`graph`] -> [`schedule`]
-//! (toposort, fusion, memory plan) -> [`codegen`] (WGSL) -> `runtime` (wgpu). [`reference`] is the CPU oracle.
+//! Data flows through the modules in this order: `tensor`, `ops` and `views` (the API) -> `graph` -> `schedule`
+//! (toposort, fusion, lowering to the kernel IR, memory plan) -> `kernel` (the IR) -> `backend` (wgpu: `codegen`
+//! to WGSL, then run), driven by one orchestrator, `realize`. `reference` is the CPU oracle.
+#![warn(missing_docs)]
 
-pub mod codegen;
+mod backend;
+mod codegen;
 mod device;
-pub mod dtype;
+mod dim;
+mod dtype;
 mod env;
 mod error;
-pub mod graph;
+mod graph;
+mod kernel;
+#[doc(hidden)]
 pub mod op;
 mod ops;
+mod realize;
+#[doc(hidden)]
 pub mod reference;
-mod runtime;
-pub mod schedule;
-pub mod shape;
+mod schedule;
+mod shape;
 mod stats;
-pub mod tensor;
+mod tensor;
+mod view;
+mod views;
 
 pub use device::Device;
+pub use dim::Dim;
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use shape::Shape;

@@ -1,55 +1,50 @@
-//! The CPU reference interpreter: what every op means, once, in plain Rust. Tests check the GPU against it.
+//! The CPU reference interpreter: evaluates a graph with the op table's definitions, one op at a time, in plain
+//! Rust. Tests check every backend against it.
 
 use crate::graph::{NodeId, Op};
 use crate::op::{BinaryOp, UnaryOp};
 use crate::schedule::toposort::toposort;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
+use crate::view::View;
 use std::collections::HashMap;
 
-/// `sqrt(2 / pi)`, the GELU tanh approximation's constant.
-const GELU_C: f32 = 0.797_884_6;
-
-/// The value of a unary op at `x`.
+/// The value of a unary op at `x` (the op table's definition).
 pub fn unary(op: UnaryOp, x: f32) -> f32 {
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Ln => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Relu => {
-            if x < 0.0 {
-                0.0
-            } else {
-                x
-            }
-        }
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Recip => 1.0 / x,
-        UnaryOp::Square => x * x,
-        UnaryOp::Gelu => 0.5 * x * (1.0 + (GELU_C * (x + 0.044715 * x * x * x)).tanh()),
-        UnaryOp::Silu => x / (1.0 + (-x).exp()),
-    }
+    op.eval(x)
 }
 
-/// The value of a binary op at `(a, b)`.
+/// The value of a binary op at `(a, b)` (the op table's definition).
 pub fn binary(op: BinaryOp, a: f32, b: f32) -> f32 {
-    match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-        BinaryOp::Max if a.is_nan() || b.is_nan() => f32::NAN,
-        BinaryOp::Max => a.max(b),
-        BinaryOp::Min if a.is_nan() || b.is_nan() => f32::NAN,
-        BinaryOp::Min => a.min(b),
-        BinaryOp::Pow => a.powf(b),
+    op.eval(a, b)
+}
+
+/// The elements of `values` (row-major) that `view` selects, row-major.
+pub fn gather(values: &[f32], view: &View) -> Vec<f32> {
+    let dims = view.shape.dims();
+    (0..view.shape.numel())
+        .map(|mut i| {
+            let mut at = view.offset;
+            for d in (0..dims.len()).rev() {
+                at += (i % dims[d]) as isize * view.strides[d];
+                i /= dims[d];
+            }
+            values[at as usize]
+        })
+        .collect()
+}
+
+/// `parts` (row-major, of `shapes`) joined along axis `dim`.
+pub fn concat(parts: &[&[f32]], shapes: &[&Shape], dim: usize) -> Vec<f32> {
+    let outer: usize = shapes.first().map_or(1, |s| s.dims()[..dim].iter().product());
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for (p, s) in parts.iter().zip(shapes) {
+            let run: usize = s.dims()[dim..].iter().product();
+            out.extend_from_slice(&p[o * run..(o + 1) * run]);
+        }
     }
+    out
 }
 
 /// `values` (of shape `from`) broadcast to `to`, row-major.
@@ -96,11 +91,18 @@ pub fn eval(tensors: &[&Tensor]) -> Vec<Vec<f32>> {
             Op::Buffer => continue,
             Op::Data(d) => d.clone(),
             Op::Const(c) => vec![*c; shape.numel()],
-            Op::Unary(op, a) => values[a].iter().map(|&x| unary(*op, x)).collect(),
+            Op::Unary(op, a) => values[a].iter().map(|&x| op.eval(x)).collect(),
             Op::Binary(op, a, b) => {
                 let va = broadcast(&values[a], &graph.node(*a).shape, shape);
                 let vb = broadcast(&values[b], &graph.node(*b).shape, shape);
-                va.iter().zip(&vb).map(|(&x, &y)| binary(*op, x, y)).collect()
+                va.iter().zip(&vb).map(|(&x, &y)| op.eval(x, y)).collect()
+            }
+            Op::View(view, a) => gather(&values[a], view),
+            Op::Contiguous(a) => values[a].clone(),
+            Op::Cat(parts, dim) => {
+                let vals: Vec<&[f32]> = parts.iter().map(|p| values[p].as_slice()).collect();
+                let shapes: Vec<&Shape> = parts.iter().map(|p| &graph.node(*p).shape).collect();
+                concat(&vals, &shapes, *dim)
             }
         };
         values.insert(id, v);
@@ -121,12 +123,11 @@ mod tests {
     }
 
     #[test]
-    fn ieee_edges() {
-        assert!(binary(BinaryOp::Max, f32::NAN, 1.0).is_nan());
-        assert_eq!(binary(BinaryOp::Pow, -2.0, 3.0), -8.0);
-        assert!(binary(BinaryOp::Pow, -2.0, 0.5).is_nan());
-        assert_eq!(unary(UnaryOp::Relu, -3.0), 0.0);
-        assert!(unary(UnaryOp::Relu, f32::NAN).is_nan());
-        assert_eq!(binary(BinaryOp::Div, 1.0, 0.0), f32::INFINITY);
+    fn gather_and_concat() {
+        let v: Vec<f32> = (0..6).map(|i| i as f32).collect();
+        let t = View::contiguous(&Shape::from([2, 3])).permute(&[1, 0]);
+        assert_eq!(gather(&v, &t), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        let (a, b) = (Shape::from([2, 1]), Shape::from([2, 2]));
+        assert_eq!(concat(&[&[1.0, 2.0], &[3.0, 4.0, 5.0, 6.0]], &[&a, &b], 1), vec![1.0, 3.0, 4.0, 2.0, 5.0, 6.0]);
     }
 }

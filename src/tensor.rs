@@ -251,7 +251,7 @@ impl Drop for Tensor {
         let mut state = self.device.state();
         let mut freed = Vec::new();
         state.graph.release(self.id, &mut freed);
-        state.release_all(freed);
+        self.device.free(&mut state.stats, freed);
     }
 }
 

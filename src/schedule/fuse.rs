@@ -1,20 +1,19 @@
-//! Fusion: decides which nodes get a buffer, groups them into kernels and lowers each group to the kernel IR.
+//! Fusion: decides which nodes get a buffer and groups those into kernels.
 //!
-//! Rule: a node is *materialized* (written to memory) only when it is a requested output, when fusion is off, or
-//! when inlining it would make a kernel bind more buffers than the adapter allows. Everything else is inlined into
-//! its consumers' kernels, evaluated at the consumer's index (broadcasting composes, so a node's view inside a kernel
-//! depends only on its own shape and the kernel's). Materialized nodes of one shape share a kernel when no
-//! dependency runs through a later kernel, so shared subexpressions are computed once and each input read once.
-//! A future reduction or matmul node is materialized the same way and simply never joins an elementwise group.
+//! Rule: a node is *materialized* (written to memory) only when it is a requested output, when fusion is off and
+//! it is an op, when it must be contiguous, when a view of it cannot be expressed as one stride vector (lowering
+//! reports those), or when inlining it would make a kernel bind more buffers or compute more ops than allowed.
+//! Everything else, views and concatenations included, is inlined into its consumers' kernels and evaluated at the
+//! consumer's index. Materialized nodes of one shape share a kernel when no dependency runs through a later kernel
+//! and none is read through a view (a kernel cannot read what its own other threads write).
 
-use super::kernel::{Instr, Kernel};
 use crate::graph::{Graph, NodeId, Op};
 use crate::shape::Shape;
 use smallvec::SmallVec;
 use std::collections::{HashMap, HashSet};
 
 /// Leaves whose buffers a node's inlined expression reads; kept at most as long as the binding limit.
-type LeafSet = SmallVec<[NodeId; 8]>;
+pub(super) type LeafSet = SmallVec<[NodeId; 8]>;
 
 /// How far back a node looks for a kernel of its shape to join.
 const MERGE_WINDOW: usize = 16;
@@ -31,14 +30,14 @@ pub struct Options {
     pub max_ops: usize,
 }
 
-/// Groups of materialized nodes, each one future kernel.
-struct Group {
-    shape: Shape,
-    members: Vec<NodeId>,
+/// A group of materialized nodes: one future kernel.
+pub(super) struct Group {
+    pub shape: Shape,
+    pub members: Vec<NodeId>,
     /// Buffers the group reads (leaves and other groups' members).
-    inputs: LeafSet,
+    pub inputs: LeafSet,
     /// Ops the group computes.
-    ops: usize,
+    pub ops: usize,
 }
 
 /// The materialization decisions for one realize.
@@ -52,32 +51,49 @@ pub(super) struct Fusion {
 #[derive(Clone, Default)]
 pub(super) struct Inlined {
     pub leaves: LeafSet,
+    /// The leaves read through a view rather than at the node's own index.
+    pub strided: LeafSet,
     /// Ops computed, counting a shared subexpression once per use (an upper bound).
     pub ops: usize,
 }
 
-/// Whether `id` reads from a buffer when used as an operand (it is data, realized, or materialized).
-fn is_buffer(graph: &Graph, fusion: &HashSet<NodeId>, id: NodeId) -> bool {
-    matches!(graph.node(id).op, Op::Data(_) | Op::Buffer) || fusion.contains(&id)
+impl Fusion {
+    /// Whether `id` reads from a buffer when used as an operand (it is data, realized, or materialized).
+    pub fn is_buffer(&self, graph: &Graph, id: NodeId) -> bool {
+        matches!(graph.node(id).op, Op::Data(_) | Op::Buffer) || self.materialized.contains(&id)
+    }
 }
 
-/// Decides which nodes of `order` are materialized.
-pub(super) fn materialize(graph: &Graph, order: &[NodeId], outputs: &HashSet<NodeId>, opts: &Options) -> Fusion {
-    let mut materialized = HashSet::new();
+fn add(set: &mut LeafSet, id: NodeId) {
+    if !set.contains(&id) {
+        set.push(id);
+    }
+}
+
+/// Decides which nodes of `order` are materialized; `forced` are nodes lowering found must be.
+pub(super) fn materialize(
+    graph: &Graph,
+    order: &[NodeId],
+    outputs: &HashSet<NodeId>,
+    forced: &HashSet<NodeId>,
+    opts: &Options,
+) -> Fusion {
+    let mut fusion = Fusion { materialized: HashSet::new(), inlined: HashMap::new() };
     for &id in order {
         let node = graph.node(id);
         let wants = match node.op {
             Op::Unary(..) | Op::Binary(..) => !opts.fuse || outputs.contains(&id),
-            Op::Const(_) => outputs.contains(&id),
+            Op::Contiguous(_) => true,
+            Op::Const(_) | Op::View(..) | Op::Cat(..) => outputs.contains(&id),
             Op::Data(_) | Op::Buffer => false,
         };
-        if wants && node.shape.numel() > 0 {
-            materialized.insert(id);
+        let forced_here = forced.contains(&id) && node.op.is_compute();
+        if (wants || forced_here) && node.shape.numel() > 0 {
+            fusion.materialized.insert(id);
         }
     }
     // A single-output kernel binds parameters, its output and its inputs.
     let max_inputs = opts.max_bindings.saturating_sub(2).max(2);
-    let mut inlined: HashMap<NodeId, Inlined> = HashMap::new();
     for &id in order {
         let node = graph.node(id);
         if !node.op.is_compute() {
@@ -85,31 +101,48 @@ pub(super) fn materialize(graph: &Graph, order: &[NodeId], outputs: &HashSet<Nod
         }
         let inputs = node.op.inputs();
         loop {
-            let mut this = Inlined { leaves: LeafSet::new(), ops: 1 };
+            // Views and copies compute nothing; a concatenation costs a comparison per part.
+            let own_ops = match node.op {
+                Op::Unary(..) | Op::Binary(..) => 1,
+                Op::Cat(ref parts, _) => parts.len(),
+                _ => 0,
+            };
+            let mut this = Inlined { ops: own_ops, ..Default::default() };
             for &i in &inputs {
-                if is_buffer(graph, &materialized, i) {
-                    if !this.leaves.contains(&i) {
-                        this.leaves.push(i);
+                // Read at the node's own index only when the input has the node's shape and is not viewed.
+                let own_index = match &node.op {
+                    Op::View(v, _) => v.is_contiguous(),
+                    Op::Cat(..) => false,
+                    _ => graph.node(i).shape == node.shape,
+                };
+                if fusion.is_buffer(graph, i) {
+                    add(&mut this.leaves, i);
+                    if !own_index {
+                        add(&mut this.strided, i);
                     }
-                } else if let Some(inner) = inlined.get(&i) {
+                } else if let Some(inner) = fusion.inlined.get(&i) {
                     this.ops += inner.ops;
                     for &leaf in &inner.leaves {
-                        if !this.leaves.contains(&leaf) {
-                            this.leaves.push(leaf);
+                        add(&mut this.leaves, leaf);
+                        if !own_index {
+                            add(&mut this.strided, leaf);
                         }
+                    }
+                    for &leaf in &inner.strided {
+                        add(&mut this.strided, leaf);
                     }
                 }
             }
             if this.leaves.len() <= max_inputs && this.ops <= opts.max_ops.max(1) {
-                inlined.insert(id, this);
+                fusion.inlined.insert(id, this);
                 break;
             }
             // Too many buffers or ops: give the input costing the most a buffer of its own.
-            let cost = |i: &NodeId| inlined.get(i).map_or((0, 0), |c| (c.leaves.len(), c.ops));
+            let cost = |i: &NodeId| fusion.inlined.get(i).map_or((0, 0), |c| (c.leaves.len(), c.ops));
             let widest = inputs
                 .iter()
                 .copied()
-                .filter(|i| !is_buffer(graph, &materialized, *i) && graph.node(*i).op.is_compute())
+                .filter(|i| !fusion.is_buffer(graph, *i) && graph.node(*i).op.is_compute())
                 .max_by_key(|i| {
                     let (leaves, ops) = cost(i);
                     if this.leaves.len() > max_inputs {
@@ -117,35 +150,45 @@ pub(super) fn materialize(graph: &Graph, order: &[NodeId], outputs: &HashSet<Nod
                     } else {
                         (ops, leaves)
                     }
-                })
-                .expect("a node of two buffer operands always fits");
-            materialized.insert(widest);
+                });
+            match widest {
+                Some(w) => {
+                    fusion.materialized.insert(w);
+                }
+                // Every input is already a buffer (a concatenation of more parts than a kernel binds): keep it.
+                None => {
+                    fusion.inlined.insert(id, this);
+                    break;
+                }
+            }
         }
     }
-    Fusion { materialized, inlined }
+    fusion
 }
 
 /// Assigns materialized nodes (in topological order) to kernels.
-fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Options) -> Vec<Group> {
+pub(super) fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Options) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: HashMap<NodeId, usize> = HashMap::new();
     for &id in order.iter().filter(|id| fusion.materialized.contains(id)) {
         let shape = &graph.node(id).shape;
-        let Inlined { leaves: deps, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
+        let Inlined { leaves: deps, strided, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
             if grp.shape != *shape {
                 return false;
             }
-            // Every materialized dependency must come from this group or an earlier one, or the kernels would
-            // need each other.
-            if deps.iter().any(|d| group_of.get(d).is_some_and(|&dg| dg > g)) {
+            // Every materialized dependency must come from an earlier kernel, or from this one when it is read at
+            // the same index that computes it.
+            let bad = |d: &NodeId| match group_of.get(d) {
+                Some(&dg) => dg > g || (dg == g && strided.contains(d)),
+                None => false,
+            };
+            if deps.iter().any(bad) {
                 return false;
             }
             let mut inputs = grp.inputs.clone();
             for d in deps.iter().filter(|d| group_of.get(d) != Some(&g)) {
-                if !inputs.contains(d) {
-                    inputs.push(*d);
-                }
+                add(&mut inputs, *d);
             }
             1 + grp.members.len() + 1 + inputs.len() <= opts.max_bindings && grp.ops + ops <= opts.max_ops
         };
@@ -160,103 +203,11 @@ fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Options) -> Ve
             groups.len() - 1
         });
         for d in deps.iter().filter(|d| group_of.get(d) != Some(&g)) {
-            if !groups[g].inputs.contains(d) {
-                groups[g].inputs.push(*d);
-            }
+            add(&mut groups[g].inputs, *d);
         }
         groups[g].members.push(id);
         groups[g].ops += ops;
         group_of.insert(id, g);
     }
     groups
-}
-
-/// Lowers one group to the kernel IR. `written` says which members leave the kernel.
-fn lower(graph: &Graph, fusion: &Fusion, grp: &Group, written: &dyn Fn(NodeId) -> bool) -> Kernel {
-    let mut k = Kernel {
-        shape: grp.shape.clone(),
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        body: Vec::new(),
-        views: Vec::new(),
-        scalars: Vec::new(),
-        fused_ops: 0,
-    };
-    let members: HashSet<NodeId> = grp.members.iter().copied().collect();
-    let numel = grp.shape.numel();
-    let mut value: HashMap<NodeId, usize> = HashMap::new();
-    for &member in &grp.members {
-        // Iterative post-order walk of the member's inlined expression.
-        let mut stack = vec![(member, false)];
-        while let Some((id, ready)) = stack.pop() {
-            if value.contains_key(&id) {
-                continue;
-            }
-            let node = graph.node(id);
-            let is_load = id != member && !members.contains(&id) && is_buffer(graph, &fusion.materialized, id);
-            let instr = if is_load {
-                let input = k.inputs.iter().position(|&i| i == id).unwrap_or_else(|| {
-                    k.inputs.push(id);
-                    k.inputs.len() - 1
-                });
-                let view = (node.shape.numel() != numel).then(|| {
-                    let strides = node.shape.broadcast_strides(&grp.shape);
-                    k.views.iter().position(|v| *v == strides).unwrap_or_else(|| {
-                        k.views.push(strides);
-                        k.views.len() - 1
-                    })
-                });
-                Instr::Load { input, view }
-            } else {
-                match node.op {
-                    Op::Const(c) => {
-                        k.scalars.push(c);
-                        Instr::Scalar(k.scalars.len() - 1)
-                    }
-                    Op::Unary(op, a) if ready => Instr::Unary(op, value[&a]),
-                    Op::Binary(op, a, b) if ready => Instr::Binary(op, value[&a], value[&b]),
-                    Op::Unary(..) | Op::Binary(..) => {
-                        stack.push((id, true));
-                        // Reversed, so the first operand is evaluated (and numbered) first.
-                        for input in node.op.inputs().into_iter().rev() {
-                            if !value.contains_key(&input) {
-                                stack.push((input, false));
-                            }
-                        }
-                        continue;
-                    }
-                    Op::Data(_) | Op::Buffer => unreachable!("leaves are loads"),
-                }
-            };
-            if matches!(instr, Instr::Unary(..) | Instr::Binary(..)) {
-                k.fused_ops += 1;
-            }
-            k.body.push(instr);
-            value.insert(id, k.body.len() - 1);
-        }
-        if written(member) {
-            k.outputs.push((member, value[&member]));
-        }
-    }
-    k
-}
-
-/// Groups the materialized nodes into kernels and lowers them. Returns the kernels in execution order.
-pub(super) fn kernels(
-    graph: &Graph,
-    order: &[NodeId],
-    outputs: &HashSet<NodeId>,
-    fusion: &Fusion,
-    opts: &Options,
-) -> Vec<Kernel> {
-    let groups = group(graph, order, fusion, opts);
-    // Members read by another group must be written even when nobody asked for them.
-    let mut read_elsewhere: HashSet<NodeId> = HashSet::new();
-    for grp in &groups {
-        for &i in &grp.inputs {
-            read_elsewhere.insert(i);
-        }
-    }
-    let written = |id: NodeId| outputs.contains(&id) || read_elsewhere.contains(&id);
-    groups.iter().map(|g| lower(graph, fusion, g, &written)).collect()
 }

@@ -1,24 +1,45 @@
-//! The scheduler: from requested outputs to an ordered list of kernels with a memory plan. Pure graph code, no wgpu.
+//! The scheduler: from requested outputs to an ordered list of kernels over a table of buffers, with a memory plan.
+//! Pure graph code, no backend.
 
 mod fuse;
-pub mod kernel;
+mod lower;
 pub mod toposort;
 
 pub use fuse::Options;
-pub use kernel::{Instr, Kernel, ParamLayout};
 
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{BufferKey, Graph, NodeId, Op};
+use crate::kernel::Kernel;
 use std::collections::{HashMap, HashSet};
+
+/// Where the value of a plan slot comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A buffer the node already holds.
+    Existing(BufferKey),
+    /// The node's host data, uploaded before the first kernel.
+    Upload,
+    /// Written by a kernel of this plan.
+    Kernel,
+}
+
+/// One buffer of a plan: the node whose value it holds, its size and where the value comes from.
+#[derive(Clone, Debug)]
+pub struct Slot {
+    pub node: NodeId,
+    /// Bytes of the value (not padded).
+    pub bytes: u64,
+    pub source: Source,
+}
 
 /// Everything one realize does, in order.
 #[derive(Debug, Default)]
 pub struct Plan {
-    /// Data nodes to upload before the first kernel.
-    pub uploads: Vec<NodeId>,
+    /// Every buffer the plan touches; kernels name them by index.
+    pub slots: Vec<Slot>,
     /// Kernels in execution order.
     pub kernels: Vec<Kernel>,
-    /// For each kernel, the intermediates whose last reader it is: their buffers go back to the pool after it.
-    pub frees: Vec<Vec<NodeId>>,
+    /// For each kernel, the intermediate slots whose last reader it is: their buffers go back to the pool after it.
+    pub frees: Vec<Vec<usize>>,
     /// The requested outputs, without duplicates.
     pub outputs: Vec<NodeId>,
     /// Requested outputs and uploads with no elements: realized without a buffer.
@@ -27,7 +48,42 @@ pub struct Plan {
     pub nodes: usize,
 }
 
+impl Plan {
+    /// The slot holding `node`'s value, if the plan has one.
+    pub fn slot_of(&self, node: NodeId) -> Option<usize> {
+        self.slots.iter().position(|s| s.node == node)
+    }
+}
+
+/// The slot table being built: one slot per node, in first-use order.
+struct Slots<'a> {
+    graph: &'a Graph,
+    slots: Vec<Slot>,
+    of: HashMap<NodeId, usize>,
+}
+
+impl Slots<'_> {
+    fn get(&mut self, id: NodeId) -> usize {
+        if let Some(&s) = self.of.get(&id) {
+            return s;
+        }
+        let node = self.graph.node(id);
+        let source = match (&node.op, node.buffer) {
+            (Op::Data(_), _) => Source::Upload,
+            (Op::Buffer, Some(key)) => Source::Existing(key),
+            _ => Source::Kernel,
+        };
+        let bytes = (node.shape.numel() * node.dtype.size()) as u64;
+        self.slots.push(Slot { node: id, bytes, source });
+        self.of.insert(id, self.slots.len() - 1);
+        self.slots.len() - 1
+    }
+}
+
 /// Schedules the realize of `outputs`.
+///
+/// # Panics
+/// If lowering keeps asking to store a node that is already stored (a scheduler bug, reported rather than looped).
 pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     let mut unique = Vec::new();
     let mut seen = HashSet::new();
@@ -37,43 +93,67 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
         }
     }
     let order = toposort::toposort(graph, &unique);
-    let fusion = fuse::materialize(graph, &order, &seen, opts);
-    let kernels = fuse::kernels(graph, &order, &seen, &fusion, opts);
+    // Lowering may find a view it cannot express over its source; that source is then stored, and we start over.
+    let mut forced: HashSet<NodeId> = HashSet::new();
+    let (kernels, mut slots, fusion) = loop {
+        let fusion = fuse::materialize(graph, &order, &seen, &forced, opts);
+        let groups = fuse::group(graph, &order, &fusion, opts);
+        // Members read by another group must be written even when nobody asked for them.
+        let read_elsewhere: HashSet<NodeId> = groups.iter().flat_map(|g| g.inputs.iter().copied()).collect();
+        let written = |id: NodeId| seen.contains(&id) || read_elsewhere.contains(&id);
+        let mut slots = Slots { graph, slots: Vec::new(), of: HashMap::new() };
+        let lowered: Result<Vec<Kernel>, NodeId> =
+            groups.iter().map(|g| lower::lower(graph, &fusion, g, &written, &mut |id| slots.get(id))).collect();
+        match lowered {
+            Ok(kernels) => break (kernels, slots, fusion),
+            Err(id) => assert!(forced.insert(id), "lazor: scheduler asked twice to store node {id:?}"),
+        }
+    };
 
-    let mut uploads = Vec::new();
     let mut empty = Vec::new();
     for &id in &order {
         let node = graph.node(id);
         let is_empty = node.shape.numel() == 0;
         match node.op {
             Op::Data(_) if is_empty => empty.push(id),
-            Op::Data(_) => uploads.push(id),
+            Op::Data(_) => {
+                slots.get(id);
+            }
             Op::Buffer => {}
             _ if is_empty && seen.contains(&id) => empty.push(id),
             _ => {}
         }
     }
+    // Requested outputs that are already stored still need a slot to be read from.
+    for &id in &unique {
+        if graph.node(id).shape.numel() > 0 {
+            slots.get(id);
+        }
+    }
 
     // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.
-    let mut last_read: HashMap<NodeId, usize> = HashMap::new();
+    let mut last_use: HashMap<usize, usize> = HashMap::new();
     for (k, kernel) in kernels.iter().enumerate() {
-        for &i in &kernel.inputs {
-            if fusion.materialized.contains(&i) && !seen.contains(&i) {
-                last_read.insert(i, k);
+        let touched = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
+        for s in touched {
+            let id = slots.slots[s].node;
+            if fusion.materialized.contains(&id) && !seen.contains(&id) {
+                last_use.insert(s, k);
             }
         }
     }
     let mut frees = vec![Vec::new(); kernels.len()];
-    for (id, k) in last_read {
-        frees[k].push(id);
+    for (s, k) in last_use {
+        frees[k].push(s);
     }
-    Plan { uploads, kernels, frees, outputs: unique, empty, nodes: order.len() }
+    Plan { slots: slots.slots, kernels, frees, outputs: unique, empty, nodes: order.len() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dtype::DType;
+    use crate::kernel::Instr;
     use crate::op::{BinaryOp, UnaryOp};
     use crate::shape::Shape;
 
@@ -112,11 +192,19 @@ mod tests {
         assert_eq!(k.inputs.len(), 3);
         assert_eq!(k.outputs.len(), 1);
         assert_eq!(k.fused_ops, 4);
-        assert_eq!(k.scalars, vec![5.0, 2.0]);
-        assert!(k.views.is_empty(), "same-shape inputs are read at the kernel's own index");
-        assert_eq!(k.width(), 4, "so it runs on vec4");
+        let scalars: Vec<f32> = k
+            .body
+            .iter()
+            .filter_map(|i| match i {
+                Instr::Scalar(at) => Some(f32::from_bits(k.params[*at])),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(scalars, vec![5.0, 2.0]);
+        assert!(k.dims_at.is_none(), "same-shape inputs are read at the kernel's own index");
+        assert_eq!(k.width, 4, "so it runs on vec4");
         assert!(crate::codegen::generate(k).contains("array<vec4<f32>>"));
-        assert_eq!(p.uploads.len(), 3);
+        assert_eq!(p.slots.iter().filter(|s| s.source == Source::Upload).count(), 3);
     }
 
     #[test]
@@ -135,6 +223,7 @@ mod tests {
             assert_eq!(frees.len(), expect, "kernel {k}");
             if k > 0 {
                 assert_eq!(frees[0], p.kernels[k - 1].outputs[0].0);
+                assert_eq!(p.slots[frees[0]].source, Source::Kernel);
             }
         }
     }
@@ -147,10 +236,10 @@ mod tests {
         let c = bin(&mut g, BinaryOp::Add, a, b);
         let p = plan(&g, &[c], &FUSE);
         let k = &p.kernels[0];
-        assert_eq!(k.views.len(), 1);
-        assert_eq!(k.views[0].as_slice(), &[0, 1]);
-        assert_eq!(k.params(), vec![6, 2, 3, 0, 1]);
-        assert_eq!(k.width(), 1, "strided kernels run one element per thread");
+        assert_eq!(k.dims_at, Some(1));
+        // numel, dims [2, 3], then b's view: strides [0, 1] and offset 0.
+        assert_eq!(k.params, vec![6, 2, 3, 0, 1, 0]);
+        assert_eq!(k.width, 1, "small strided kernels run one element per thread");
     }
 
     #[test]
@@ -194,8 +283,9 @@ mod tests {
         let big = bin(&mut g, BinaryOp::Mul, big_in, small);
         let p = plan(&g, &[big, small], &FUSE);
         assert_eq!(p.kernels.len(), 2);
-        assert_eq!(p.kernels[0].outputs[0].0, small);
-        assert!(p.kernels[1].inputs.contains(&small));
+        let small_slot = p.slot_of(small).unwrap();
+        assert_eq!(p.kernels[0].outputs[0].0, small_slot);
+        assert!(p.kernels[1].inputs.iter().any(|i| i.0 == small_slot));
         assert!(p.frees.iter().all(|f| f.is_empty()), "requested outputs are never freed");
     }
 

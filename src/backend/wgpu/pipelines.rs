@@ -64,7 +64,7 @@ impl Pipelines {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::gpu::Gpu;
+    use crate::backend::wgpu::gpu::Gpu;
 
     #[test]
     fn a_kernel_that_does_not_compile_is_an_error_and_not_cached() {

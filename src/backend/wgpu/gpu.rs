@@ -125,6 +125,15 @@ impl Gpu {
         self.check_health()
     }
 
+    /// Lets wgpu make progress (run callbacks) without blocking.
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`] when the device is gone, or what [`Gpu::check_health`] finds.
+    pub fn poll(&self) -> Result<()> {
+        self.device.poll(wgpu::PollType::Poll).map_err(|e| Error::DeviceLost(e.to_string()))?;
+        self.check_health()
+    }
+
     /// The largest buffer one binding can cover.
     pub fn max_binding_bytes(&self) -> u64 {
         self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)

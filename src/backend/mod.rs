@@ -1,0 +1,79 @@
+//! The backend boundary: what the realize orchestrator asks of a device. A backend runs a job of kernels over a
+//! table of buffers and owns those buffers; it never reads the graph.
+
+pub(crate) mod wgpu;
+
+use crate::error::Result;
+use crate::graph::BufferKey;
+use crate::kernel::Kernel;
+use crate::stats::Stats;
+
+slotmap::new_key_type! {
+    /// A read-back a backend has started and not yet handed over.
+    pub(crate) struct ReadId;
+}
+
+/// Where one buffer of a job comes from.
+pub(crate) enum Data<'a> {
+    /// A buffer the backend already holds.
+    Existing(BufferKey),
+    /// Host values to upload before the first kernel.
+    Upload(&'a [f32]),
+    /// A new buffer, written by a kernel of the job.
+    Fresh,
+}
+
+/// One buffer of a job.
+pub(crate) struct JobBuffer<'a> {
+    /// Bytes of the value.
+    pub bytes: u64,
+    pub data: Data<'a>,
+}
+
+/// Everything one realize asks of a backend, to run as one unit (one queue submit on a GPU).
+pub(crate) struct Job<'a> {
+    /// The buffer table; kernels name buffers by index into it.
+    pub buffers: Vec<JobBuffer<'a>>,
+    /// Kernels in order.
+    pub kernels: &'a [Kernel],
+    /// For each kernel, the buffers whose last reader it is: free once it has run.
+    pub frees: &'a [Vec<usize>],
+    /// Buffers that outlive the job (uploads and outputs): their keys come back in [`Done::kept`].
+    pub keep: &'a [usize],
+    /// Buffers to read back once the kernels have run.
+    pub reads: &'a [usize],
+}
+
+/// What a job left behind.
+pub(crate) struct Done {
+    /// The keys of `Job::keep`, in its order.
+    pub kept: Vec<BufferKey>,
+    /// The read-backs of `Job::reads`, in its order.
+    pub reads: Vec<ReadId>,
+}
+
+/// A device that runs kernel IR.
+pub(crate) trait Backend: Send + Sync {
+    /// A human-readable name of the device, e.g. "NVIDIA H200 (Vulkan)".
+    fn name(&self) -> String;
+    /// Storage buffers one kernel may bind, parameters included.
+    fn max_bindings(&self) -> usize;
+    /// The largest buffer one kernel may bind, in bytes.
+    fn max_buffer_bytes(&self) -> u64;
+    /// Fails if the device was lost or reported an error since the last call.
+    fn check_health(&self) -> Result<()>;
+    /// Runs `job`. On error nothing it created survives, and the caller's values are unchanged.
+    fn run(&self, job: Job<'_>, stats: &mut Stats, debug: u32) -> Result<Done>;
+    /// Gives a buffer back (its tensor was freed).
+    fn release(&self, key: BufferKey, stats: &mut Stats);
+    /// Waits until everything submitted has finished.
+    fn synchronize(&self) -> Result<()>;
+    /// Lets the device make progress without blocking.
+    fn poll(&self) -> Result<()>;
+    /// Whether a read-back has arrived.
+    fn read_ready(&self, id: ReadId) -> bool;
+    /// The values of a read-back, waiting for them if needed.
+    fn take_read(&self, id: ReadId) -> Result<Vec<f32>>;
+    /// For downcasting to a concrete backend (interop accessors).
+    fn as_any(&self) -> &dyn std::any::Any;
+}

@@ -1,0 +1,155 @@
+//! Running a job on wgpu: uploads, parameters, one compute pass of kernels, read-back copies, one submit.
+
+use super::gpu::Scopes;
+use super::{readback, WgpuBackend};
+use crate::backend::{Data, Done, Job};
+use crate::codegen;
+use crate::error::Result;
+use crate::graph::BufferKey;
+use crate::stats::Stats;
+use std::num::NonZeroU64;
+
+fn binding(buffer: &wgpu::Buffer, offset: u64, bytes: u64) -> wgpu::BindingResource<'_> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: NonZeroU64::new(bytes) })
+}
+
+/// Bytes a binding of a `bytes`-byte value covers: whole 16-byte vectors (buffers are allocated in 256-byte steps).
+fn bound(bytes: u64) -> u64 {
+    bytes.next_multiple_of(16).max(16)
+}
+
+impl WgpuBackend {
+    pub(super) fn execute(&self, job: Job<'_>, stats: &mut Stats, debug: u32) -> Result<Done> {
+        let gpu = &self.gpu;
+        let mut guard = self.state();
+        let st = &mut *guard;
+        let scopes = Scopes::push(&gpu.device);
+
+        // Buffers of the job: existing ones by key, uploads written now (staged into the same submit), fresh ones
+        // taken from the pool when their kernel runs.
+        let mut keys: Vec<Option<BufferKey>> = Vec::with_capacity(job.buffers.len());
+        for b in &job.buffers {
+            keys.push(match b.data {
+                Data::Existing(key) => Some(key),
+                Data::Upload(values) => {
+                    let bytes: &[u8] = bytemuck::cast_slice(values);
+                    let key = st.pool.alloc(&gpu.device, bytes.len() as u64, stats);
+                    gpu.queue.write_buffer(st.pool.get(key), 0, bytes);
+                    stats.bytes_uploaded += bytes.len() as u64;
+                    Some(key)
+                }
+                Data::Fresh => None,
+            });
+        }
+
+        // All kernels' parameters in one buffer, each at an aligned offset.
+        let align = gpu.limits.min_storage_buffer_offset_alignment as u64;
+        let mut params: Vec<u32> = Vec::new();
+        let mut param_at = Vec::with_capacity(job.kernels.len());
+        for k in job.kernels {
+            while (params.len() as u64 * 4) % align != 0 {
+                params.push(0);
+            }
+            param_at.push((params.len() as u64 * 4, k.params.len() as u64 * 4));
+            params.extend_from_slice(&k.params);
+        }
+        let param_buf = (!params.is_empty()).then(|| {
+            let key = st.pool.alloc(&gpu.device, params.len() as u64 * 4, stats);
+            gpu.queue.write_buffer(st.pool.get(key), 0, bytemuck::cast_slice(&params));
+            key
+        });
+
+        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("lazor") });
+        let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
+        let mut failed = None;
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            for (n, kernel) in job.kernels.iter().enumerate() {
+                let wgsl = codegen::generate(kernel);
+                let name = format!("k{}x{}", kernel.fused_ops, kernel.outputs.len());
+                let compiled = match st.pipelines.get(&gpu.device, &wgsl, &name, debug, stats) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                };
+                for &(slot, _) in &kernel.outputs {
+                    let key = st.pool.alloc(&gpu.device, job.buffers[slot].bytes, stats);
+                    keys[slot] = Some(key);
+                }
+                let (offset, size) = param_at[n];
+                let mut entries = vec![wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: binding(st.pool.get(param_buf.expect("params")), offset, size),
+                }];
+                let slots = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
+                for (b, slot) in slots.enumerate() {
+                    let key = keys[slot].expect("a kernel's inputs are written before it runs");
+                    entries.push(wgpu::BindGroupEntry {
+                        binding: 1 + b as u32,
+                        resource: binding(st.pool.get(key), 0, bound(job.buffers[slot].bytes)),
+                    });
+                }
+                let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &compiled.layout,
+                    entries: &entries,
+                });
+                pass.set_pipeline(&compiled.pipeline);
+                pass.set_bind_group(0, &bind_group, &[]);
+                let (x, y) = codegen::dispatch_size(kernel.threads(), max_groups);
+                pass.dispatch_workgroups(x, y, 1);
+                stats.dispatches += 1;
+                // The queue runs in order: whoever takes this buffer next writes it after this kernel read it.
+                for &slot in &job.frees[n] {
+                    if let Some(key) = keys[slot].take() {
+                        st.pool.release(key, stats);
+                    }
+                }
+            }
+        }
+
+        let mut staged = Vec::with_capacity(job.reads.len());
+        if failed.is_none() {
+            for &slot in job.reads {
+                let bytes = job.buffers[slot].bytes;
+                let src = keys[slot].expect("a read buffer exists");
+                let buffer = st.pool.staging(&gpu.device, bytes, stats);
+                encoder.copy_buffer_to_buffer(st.pool.get(src), 0, &buffer, 0, bytes);
+                stats.bytes_downloaded += bytes;
+                staged.push(buffer);
+            }
+        }
+        let uploads = job.buffers.iter().any(|b| matches!(b.data, Data::Upload(_)));
+        let has_work = !job.kernels.is_empty() || uploads || !staged.is_empty();
+        if has_work && failed.is_none() {
+            gpu.queue.submit([encoder.finish()]);
+            stats.submits += 1;
+        }
+        if let Some(key) = param_buf {
+            st.pool.release(key, stats);
+        }
+        let outcome = match failed {
+            Some(e) => Err(e),
+            None => scopes.pop(),
+        };
+        let kept: Vec<BufferKey> = match outcome {
+            Ok(()) => job.keep.iter().map(|&s| keys[s].take().expect("kept buffers exist")).collect(),
+            Err(_) => Vec::new(),
+        };
+        // What this job created and nobody keeps goes back: everything on failure (the values may be garbage).
+        for (b, key) in job.buffers.iter().zip(keys) {
+            if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_))) {
+                st.pool.release(key, stats);
+            }
+        }
+        outcome?;
+        let reads = staged
+            .into_iter()
+            .zip(job.reads)
+            .map(|(buffer, &slot)| st.reads.insert(readback::Pending::start(buffer, job.buffers[slot].bytes)))
+            .collect();
+        Ok(Done { kept, reads })
+    }
+}

@@ -1,0 +1,93 @@
+//! The wgpu backend: device setup, buffers, pipelines, running a job in one submit and reading results back.
+
+mod execute;
+pub(crate) mod gpu;
+mod pipelines;
+mod pool;
+mod readback;
+
+use super::{Backend, Done, Job, ReadId};
+use crate::error::Result;
+use crate::graph::BufferKey;
+use crate::stats::Stats;
+use gpu::Gpu;
+use slotmap::SlotMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// The most storage buffers lazor binds in one kernel, whatever the adapter allows (NVIDIA allows thousands):
+/// past this, a longer bind group costs more per dispatch than a split saves.
+pub const MAX_BINDINGS: usize = 64;
+
+/// A wgpu device and what lazor keeps for it.
+pub(crate) struct WgpuBackend {
+    pub gpu: Gpu,
+    state: Mutex<State>,
+}
+
+/// The backend's mutable parts, behind one lock.
+#[derive(Default)]
+struct State {
+    pool: pool::Pool,
+    pipelines: pipelines::Pipelines,
+    reads: SlotMap<ReadId, readback::Pending>,
+}
+
+impl WgpuBackend {
+    /// Opens the best adapter allowed by the environment.
+    ///
+    /// # Errors
+    /// As [`Gpu::open`].
+    pub fn open() -> Result<WgpuBackend> {
+        Ok(WgpuBackend { gpu: Gpu::open()?, state: Mutex::new(State::default()) })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> String {
+        format!("{} ({:?})", self.gpu.info.name, self.gpu.info.backend)
+    }
+
+    fn max_bindings(&self) -> usize {
+        (self.gpu.limits.max_storage_buffers_per_shader_stage as usize).min(MAX_BINDINGS)
+    }
+
+    fn max_buffer_bytes(&self) -> u64 {
+        self.gpu.max_binding_bytes()
+    }
+
+    fn check_health(&self) -> Result<()> {
+        self.gpu.check_health()
+    }
+
+    fn run(&self, job: Job<'_>, stats: &mut Stats, debug: u32) -> Result<Done> {
+        self.execute(job, stats, debug)
+    }
+
+    fn release(&self, key: BufferKey, stats: &mut Stats) {
+        self.state().pool.release(key, stats);
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.gpu.wait()
+    }
+
+    fn poll(&self) -> Result<()> {
+        self.gpu.poll()
+    }
+
+    fn read_ready(&self, id: ReadId) -> bool {
+        self.state().reads.get(id).is_none_or(|p| p.ready())
+    }
+
+    fn take_read(&self, id: ReadId) -> Result<Vec<f32>> {
+        self.finish_read(id)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

@@ -1,0 +1,60 @@
+//! Reading results back: map the staging copies a job made, wait, copy out, return the staging buffer.
+
+use super::WgpuBackend;
+use crate::backend::ReadId;
+use crate::error::{Error, Result};
+use std::sync::{Arc, Mutex};
+
+/// One map request's outcome, filled in by wgpu's callback.
+type Slot = Arc<Mutex<Option<Result<(), String>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A staging buffer being mapped for reading.
+pub(super) struct Pending {
+    buffer: wgpu::Buffer,
+    bytes: u64,
+    mapped: Slot,
+}
+
+impl Pending {
+    /// Starts mapping `buffer` (whose copy was submitted already).
+    pub fn start(buffer: wgpu::Buffer, bytes: u64) -> Pending {
+        let mapped: Slot = Arc::new(Mutex::new(None));
+        let done = mapped.clone();
+        buffer.map_async(wgpu::MapMode::Read, 0..bytes, move |r| {
+            *lock(&done) = Some(r.map_err(|e| e.to_string()));
+        });
+        Pending { buffer, bytes, mapped }
+    }
+
+    /// Whether the map callback has run.
+    pub fn ready(&self) -> bool {
+        lock(&self.mapped).is_some()
+    }
+}
+
+impl WgpuBackend {
+    /// Waits for a read-back if needed, copies it out and returns its staging buffer to the pool.
+    pub(super) fn finish_read(&self, id: ReadId) -> Result<Vec<f32>> {
+        let pending = self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))?;
+        if !pending.ready() {
+            self.gpu.wait()?;
+        }
+        let status = lock(&pending.mapped).take().unwrap_or_else(|| Err("map callback never ran".into()));
+        let values = status.and_then(|()| {
+            let view = pending.buffer.get_mapped_range(0..pending.bytes).map_err(|e| e.to_string())?;
+            Ok(bytemuck::pod_collect_to_vec::<u8, f32>(&view))
+        });
+        match values {
+            Ok(v) => {
+                pending.buffer.unmap();
+                self.state().pool.release_staging(pending.buffer);
+                Ok(v)
+            }
+            Err(e) => Err(Error::ReadBack(e)),
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! WGSL for elementwise kernels: one thread per element or per 4 elements, coordinates when views need them,
+//! strided loads, and concatenations as branches that only load the part they select.
+
+use super::{Builder, WORKGROUP_SIZE};
+use crate::kernel::{Access, Instr, Kernel};
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// An `i32` parameter.
+fn pi(k: usize) -> String {
+    format!("bitcast<i32>(p[{k}])")
+}
+
+struct Emitter<'a> {
+    k: &'a Kernel,
+    b: Builder,
+    out: String,
+    /// Cats by the index their parts' instructions start at.
+    cat_starts: HashMap<usize, Vec<usize>>,
+}
+
+impl Emitter<'_> {
+    /// The name of coordinate `axis` in `frame`.
+    fn coord(&self, frame: usize, axis: usize) -> String {
+        let mut f = frame;
+        while f > 0 {
+            let fr = self.k.frames[f - 1];
+            if fr.axis == axis {
+                return format!("f{f}c{axis}");
+            }
+            f = fr.parent;
+        }
+        format!("c{axis}")
+    }
+
+    fn line(&mut self, depth: usize, text: &str) {
+        for _ in 0..depth {
+            self.out.push_str("    ");
+        }
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    /// The element index of a strided load, as an `i32` expression.
+    fn index(&self, at: usize, frame: usize) -> String {
+        let rank = self.k.shape.ndim();
+        let mut terms = vec![pi(at + rank)];
+        for d in 0..rank {
+            terms.push(format!("{} * {}", self.coord(frame, d), pi(at + d)));
+        }
+        terms.join(" + ")
+    }
+
+    fn instr(&mut self, n: usize, depth: usize) {
+        let wide = self.k.width == 4;
+        let rhs = match &self.k.body[n] {
+            Instr::Load { input, view: None, .. } => {
+                let vector = self.k.inputs[*input].1;
+                if !wide || vector {
+                    format!("i{input}[i]")
+                } else {
+                    format!("vec4<f32>(i{input}[4u * i], i{input}[4u * i + 1u], i{input}[4u * i + 2u], i{input}[4u * i + 3u])")
+                }
+            }
+            Instr::Load { input, view: Some(v), access } => {
+                let ix = self.index(v.at, v.frame);
+                self.line(depth, &format!("let x{n} = {ix};"));
+                let inner = pi(v.at + self.k.shape.ndim() - 1);
+                match (wide, access) {
+                    (false, _) => format!("i{input}[u32(x{n})]"),
+                    (true, Access::Vector) => format!("i{input}[u32(x{n}) / 4u]"),
+                    (true, Access::Splat) => format!("vec4<f32>(i{input}[u32(x{n})])"),
+                    (true, _) => format!(
+                        "vec4<f32>(i{input}[u32(x{n})], i{input}[u32(x{n} + {inner})], \
+                         i{input}[u32(x{n} + 2 * {inner})], i{input}[u32(x{n} + 3 * {inner})])"
+                    ),
+                }
+            }
+            Instr::Scalar(k) if wide => format!("vec4<f32>(bitcast<f32>(p[{k}]))"),
+            Instr::Scalar(k) => format!("bitcast<f32>(p[{k}])"),
+            Instr::Unary(op, a) => self.b.unary(*op, &format!("t{a}")),
+            Instr::Binary(op, a, b) => self.b.binary(*op, &format!("t{a}"), &format!("t{b}")),
+            Instr::Cat { .. } => return self.cat(n, depth),
+        };
+        self.line(depth, &format!("let t{n} = {rhs};"));
+    }
+
+    fn cat(&mut self, n: usize, depth: usize) {
+        let Instr::Cat { frame, axis, parts } = &self.k.body[n] else { unreachable!() };
+        let ty = self.b.ty();
+        self.line(depth, &format!("var t{n}: {ty};"));
+        let sel = self.coord(*frame, *axis);
+        let last = parts.len() - 1;
+        for (k, part) in parts.iter().enumerate() {
+            let head = match (k, k == last) {
+                (0, true) => "{".to_string(),
+                (_, true) => "} else {".to_string(),
+                (0, false) => format!("if ({sel} < {}) {{", pi(part.bound)),
+                _ => format!("}} else if ({sel} < {}) {{", pi(part.bound)),
+            };
+            self.line(depth, &head);
+            // The part's frame: its coordinate along the selecting axis counts from the part's start.
+            let fr = self.k.frames[part.frame - 1];
+            let name = self.coord(part.frame, *axis);
+            let parent = self.coord(fr.parent, fr.axis);
+            self.line(depth + 1, &format!("let {name} = {parent} - {};", pi(fr.shift)));
+            self.range(part.body.clone(), depth + 1);
+            self.line(depth + 1, &format!("t{n} = t{};", part.value));
+        }
+        self.line(depth, "}");
+    }
+
+    /// Emits instructions `lo..hi`, each concatenation with its parts nested in its branches.
+    fn range(&mut self, r: std::ops::Range<usize>, depth: usize) {
+        let mut i = r.start;
+        while i < r.end {
+            let cat = self.cat_starts.get(&i).and_then(|qs| qs.iter().copied().filter(|&q| q < r.end).max());
+            match cat {
+                Some(q) => {
+                    self.instr(q, depth);
+                    i = q + 1;
+                }
+                None => {
+                    self.instr(i, depth);
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The WGSL source of an elementwise kernel. Bindings: 0 parameters, then outputs, then inputs.
+pub(super) fn generate(k: &Kernel) -> String {
+    let mut b = Builder::new(k.width);
+    b.params(k.params.len());
+    for o in 0..k.outputs.len() {
+        b.buffer(1 + o, &format!("o{o}"), k.width == 4, true);
+    }
+    for (i, &(_, vector)) in k.inputs.iter().enumerate() {
+        b.buffer(1 + k.outputs.len() + i, &format!("i{i}"), vector, false);
+    }
+    let mut cat_starts: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (q, instr) in k.body.iter().enumerate() {
+        if let Instr::Cat { parts, .. } = instr {
+            cat_starts.entry(parts.first().map_or(q, |p| p.body.start)).or_default().push(q);
+        }
+    }
+    let mut e = Emitter { k, b, out: String::with_capacity(512 + 64 * k.body.len()), cat_starts };
+    let threads = match (k.width, k.dims_at) {
+        (4, None) => "(p[0] + 3u) / 4u",
+        (4, Some(_)) => "p[0] / 4u",
+        _ => "p[0]",
+    };
+    let _ = write!(
+        e.out,
+        "@compute @workgroup_size({WORKGROUP_SIZE})\n\
+         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{\n\
+         \x20   let i = gid.x + gid.y * nwg.x * {WORKGROUP_SIZE}u;\n\
+         \x20   if (i >= {threads}) {{ return; }}\n"
+    );
+    // Coordinates of the thread's first element, innermost axis first.
+    if let Some(at) = k.dims_at {
+        let rank = k.shape.ndim();
+        e.line(1, &format!("var r = i * {}u;", k.width));
+        for d in (0..rank).rev() {
+            if d == 0 {
+                e.line(1, "let c0 = i32(r);");
+            } else {
+                e.line(1, &format!("let c{d} = i32(r % p[{}]);", at + d));
+                e.line(1, &format!("r = r / p[{}];", at + d));
+            }
+        }
+    }
+    e.range(0..k.body.len(), 1);
+    for (o, &(_, value)) in k.outputs.iter().enumerate() {
+        e.line(1, &format!("o{o}[i] = t{value};"));
+    }
+    e.out.push_str("}\n");
+    let Emitter { b, out, .. } = e;
+    b.finish(&out)
+}

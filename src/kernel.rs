@@ -1,0 +1,118 @@
+//! The kernel IR: what one dispatch computes, as the scheduler hands it to a backend. No graph nodes, no wgpu.
+//!
+//! Buffers are named by *slots* of the plan's buffer table, so a backend runs kernels without reading the graph.
+//! Sizes, strides, offsets and constants live in the kernel's parameter block; the instructions only index it, so
+//! the same structure at another size compiles to the same code.
+
+use crate::op::{BinaryOp, UnaryOp};
+use crate::shape::Shape;
+
+/// What kind of kernel this is. Each kind has its own codegen template; reductions and matmul add variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// One thread per element (or per 4 elements) of the iteration shape; any number of same-shaped outputs.
+    Elementwise,
+}
+
+/// How a load reads 4 consecutive elements in a vectorized kernel (scalar kernels read one element either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// At the kernel's own element index: the input has the kernel's shape and is read in order.
+    Own,
+    /// Through a view whose innermost stride is 1 and whose start is 4-aligned: one 16-byte load.
+    Vector,
+    /// Through a view whose innermost stride is 0: one element, repeated.
+    Splat,
+    /// Through any other view: 4 separate loads.
+    Gather,
+}
+
+/// A strided read's parameters: `rank` strides then the offset, starting at `Kernel::params[at]`, in the
+/// coordinates of frame `frame`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ViewRef {
+    pub at: usize,
+    pub frame: usize,
+}
+
+/// Coordinates in which a load is indexed. Frame 0 is the kernel's own; every other frame is its parent with one
+/// axis shifted back by a parameter (the start of one part of a concatenation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub parent: usize,
+    pub axis: usize,
+    /// Parameter index of the shift (an `i32`).
+    pub shift: usize,
+}
+
+/// One part of an [`Instr::Cat`]: taken where the selecting coordinate is below `bound`; computed by the
+/// instructions `body` (emitted only on that branch), its value in instruction `value`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CatPart {
+    /// Parameter index of the exclusive upper bound (an `i32`).
+    pub bound: usize,
+    /// The frame the part's loads are indexed in.
+    pub frame: usize,
+    pub body: std::ops::Range<usize>,
+    pub value: usize,
+}
+
+/// One instruction of a kernel body, in SSA form: operands are indices of earlier instructions.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Instr {
+    /// Read input `input` at the kernel's own index (`view: None`) or through a strided view.
+    Load {
+        input: usize,
+        view: Option<ViewRef>,
+        access: Access,
+    },
+    /// The `f32` parameter at `Kernel::params[i]`.
+    Scalar(usize),
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    /// The part of a concatenation that the coordinate `axis` of frame `frame` falls in: the first part whose
+    /// bound exceeds it.
+    Cat {
+        frame: usize,
+        axis: usize,
+        parts: Vec<CatPart>,
+    },
+}
+
+/// A kernel: an iteration shape, buffers by slot, a body and its parameters.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    pub kind: Kind,
+    /// The iteration space, which every output has.
+    pub shape: Shape,
+    /// Plan slots read, in binding order, each with whether every load of it is a whole 16-byte vector.
+    pub inputs: Vec<(usize, bool)>,
+    /// Plan slots written, each with the instruction holding its value.
+    pub outputs: Vec<(usize, usize)>,
+    pub body: Vec<Instr>,
+    /// Coordinate frames beyond the kernel's own (frame 0).
+    pub frames: Vec<Frame>,
+    /// The parameter block, as `u32` words: `numel` first, then whatever the instructions index. Values, not
+    /// structure: a new size, offset or constant changes these and compiles nothing.
+    pub params: Vec<u32>,
+    /// Where the kernel's extents start in `params`, when the body needs per-axis coordinates (a strided load or a
+    /// concatenation).
+    pub dims_at: Option<usize>,
+    /// Elements per thread: 4 (vec4) or 1.
+    pub width: usize,
+    /// Graph ops this kernel computes, for debugging output.
+    pub fused_ops: usize,
+}
+
+impl Kernel {
+    /// Threads the kernel runs.
+    pub fn threads(&self) -> usize {
+        self.shape.numel().div_ceil(self.width)
+    }
+
+    /// Storage buffers the kernel binds: parameters, outputs and inputs.
+    #[cfg(test)]
+    pub fn bindings(&self) -> usize {
+        1 + self.outputs.len() + self.inputs.len()
+    }
+}

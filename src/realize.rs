@@ -1,0 +1,168 @@
+//! The realize orchestrator: the one caller of the scheduler and the backend. It plans, hands the backend a job,
+//! marks results realized, counts `Stats` and prints the `LAZOR_DEBUG` lines.
+
+use crate::backend::{Data, Job, JobBuffer, ReadId};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::graph::{BufferKey, Graph, NodeId, Op};
+use crate::schedule::{self, Options, Plan, Source};
+use crate::stats::Stats;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// A device's graph and counters, behind one lock: realizes on one device run one at a time.
+#[derive(Default)]
+pub(crate) struct State {
+    pub graph: Graph,
+    pub stats: Stats,
+}
+
+/// Returns an error when some value of the plan needs more bytes than one binding can cover.
+fn check_sizes(graph: &Graph, plan: &Plan, limit: u64) -> Result<()> {
+    for slot in plan.slots.iter().filter(|s| !matches!(s.source, Source::Existing(_))) {
+        // Padded to a whole vec4, as kernels bind it.
+        let bytes = slot.bytes.next_multiple_of(16);
+        if bytes > limit {
+            return Err(Error::TooLarge { shape: graph.node(slot.node).shape.clone(), bytes, limit });
+        }
+    }
+    Ok(())
+}
+
+impl Device {
+    /// Gives buffers of freed nodes back to the backend.
+    pub(crate) fn free(&self, stats: &mut Stats, freed: Vec<BufferKey>) {
+        for key in freed {
+            self.inner.backend.release(key, stats);
+        }
+    }
+
+    /// Realizes `outputs` as one job and, in it, starts reading back each of `read` (a subset of `outputs`).
+    /// Returns the read-backs in the order of `read`; `None` for an empty tensor.
+    pub(crate) fn run(&self, outputs: &[NodeId], read: &[NodeId]) -> Result<Vec<Option<ReadId>>> {
+        let backend = &*self.inner.backend;
+        backend.check_health()?;
+        let start = Instant::now();
+        let debug = self.inner.debug;
+        let opts = Options { fuse: self.fusion(), max_bindings: backend.max_bindings(), max_ops: self.inner.max_ops };
+        let mut guard = self.state();
+        let State { graph, stats } = &mut *guard;
+        let plan = schedule::plan(graph, outputs, &opts);
+        check_sizes(graph, &plan, backend.max_buffer_bytes())?;
+        let before = *stats;
+        stats.realizes += 1;
+
+        for &id in &plan.empty {
+            let mut freed = Vec::new();
+            graph.set_realized(id, None, &mut freed);
+            self.free(stats, freed);
+        }
+        let buffers = plan
+            .slots
+            .iter()
+            .map(|s| JobBuffer {
+                bytes: s.bytes,
+                data: match s.source {
+                    Source::Existing(key) => Data::Existing(key),
+                    Source::Upload => match &graph.node(s.node).op {
+                        Op::Data(values) => Data::Upload(values),
+                        _ => unreachable!("uploads are data"),
+                    },
+                    Source::Kernel => Data::Fresh,
+                },
+            })
+            .collect();
+        // Uploads and requested outputs keep their buffers; other kernel outputs were intermediates.
+        let keep: Vec<usize> = (0..plan.slots.len())
+            .filter(|&s| match plan.slots[s].source {
+                Source::Upload => true,
+                Source::Kernel => plan.outputs.contains(&plan.slots[s].node),
+                Source::Existing(_) => false,
+            })
+            .collect();
+        let reads: Vec<Option<usize>> = read.iter().map(|&id| plan.slot_of(id)).collect();
+        let read_slots: Vec<usize> = reads.iter().flatten().copied().collect();
+        let job = Job { buffers, kernels: &plan.kernels, frees: &plan.frees, keep: &keep, reads: &read_slots };
+        let done = backend.run(job, stats, debug)?;
+
+        // Uploads first: realizing an output may free data that only it needed, buffer included.
+        let mut kept: Vec<(usize, BufferKey)> = keep.iter().copied().zip(done.kept).collect();
+        kept.sort_by_key(|&(slot, _)| plan.slots[slot].source != Source::Upload);
+        for (slot, key) in kept {
+            let mut freed = Vec::new();
+            // A realized node becomes a leaf holding its buffer and lets go of its inputs.
+            graph.set_realized(plan.slots[slot].node, Some(key), &mut freed);
+            self.free(stats, freed);
+        }
+        if debug >= 1 {
+            let s = *stats;
+            eprintln!(
+                "lazor: realize #{}: {} nodes, {} kernels, {} dispatches, {} B up, {} B down, {} compiled, {:.3} ms",
+                s.realizes,
+                plan.nodes,
+                plan.kernels.len(),
+                s.dispatches - before.dispatches,
+                s.bytes_uploaded - before.bytes_uploaded,
+                s.bytes_downloaded - before.bytes_downloaded,
+                s.pipelines_compiled - before.pipelines_compiled,
+                start.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        let mut tickets = done.reads.into_iter();
+        Ok(reads.iter().map(|r| r.and_then(|_| tickets.next())).collect())
+    }
+
+    /// Hands over finished read-backs, in order; the first failure wins, and the rest are still collected.
+    fn collect(&self, tickets: Vec<Option<ReadId>>) -> Result<Vec<Vec<f32>>> {
+        let mut out = Vec::with_capacity(tickets.len());
+        let mut first_err = None;
+        for t in tickets {
+            match t.map_or(Ok(Vec::new()), |id| self.inner.backend.take_read(id)) {
+                Ok(v) => out.push(v),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(out), Err)
+    }
+
+    /// Realizes `ids` in one job and reads them back, blocking.
+    pub(crate) fn read(&self, ids: &[NodeId]) -> Result<Vec<Vec<f32>>> {
+        let tickets = self.run(ids, ids)?;
+        self.collect(tickets)
+    }
+
+    /// Realizes `ids` in one job and reads them back without blocking the caller's thread on the device.
+    pub(crate) async fn read_async(&self, ids: &[NodeId]) -> Result<Vec<Vec<f32>>> {
+        let tickets = self.run(ids, ids)?;
+        ReadsDone { device: self, tickets: &tickets }.await?;
+        self.collect(tickets)
+    }
+}
+
+/// Resolves once every read-back has arrived. Each poll lets the backend make progress without blocking; until
+/// then the future asks to be polled again, which yields to the executor between checks.
+struct ReadsDone<'a> {
+    device: &'a Device,
+    tickets: &'a [Option<ReadId>],
+}
+
+impl Future for ReadsDone<'_> {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let backend = &*self.device.inner.backend;
+        if let Err(e) = backend.poll() {
+            return Poll::Ready(Err(e));
+        }
+        if self.tickets.iter().flatten().all(|&t| backend.read_ready(t)) {
+            Poll::Ready(Ok(()))
+        } else {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}

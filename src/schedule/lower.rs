@@ -1,0 +1,308 @@
+//! Lowering: one group of materialized nodes to the kernel IR, every input read through its composed view.
+//!
+//! A node is evaluated under a *mapping*: a [`View`] from the kernel's coordinates (in some frame) into the node's
+//! row-major index space. The root is evaluated at the identity. An elementwise op passes its mapping to
+//! same-shaped operands and composes it with the broadcast view of the others; a view node composes it with its
+//! own view; a concatenation branches on one coordinate and evaluates each part in a frame shifted to the part's
+//! start. A buffer is loaded through the mapping that reaches it. Values are cached per (node, mapping), so a node
+//! read twice through one view is computed once and read through two views is computed twice.
+//!
+//! When a mapping cannot be composed into one stride vector (merging a broadcast axis into another, say), lowering
+//! fails with the node that must be stored instead: the source of the innermost view on the way.
+
+use super::fuse::{Fusion, Group};
+use crate::graph::{Graph, NodeId, Op};
+use crate::kernel::{Access, CatPart, Frame, Instr, Kernel, Kind, ViewRef};
+use crate::view::{contiguous_strides, View};
+use std::collections::{HashMap, HashSet};
+
+/// Strided kernels smaller than this stay scalar: they are bound by launch latency, not bandwidth, and one
+/// pipeline then serves every small size of a pattern.
+const VEC4_MIN_STRIDED: usize = 1 << 16;
+
+/// Where a node is evaluated: a view from the kernel's coordinates in `frame` into the node's index space.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Mapping {
+    view: View,
+    frame: usize,
+}
+
+struct Lowerer<'a> {
+    graph: &'a Graph,
+    fusion: &'a Fusion,
+    members: HashSet<NodeId>,
+    k: Kernel,
+    /// Input nodes, in binding order.
+    input_nodes: Vec<NodeId>,
+    cache: HashMap<(NodeId, Mapping), usize>,
+    views: HashMap<(View, usize), usize>,
+}
+
+impl Lowerer<'_> {
+    fn param(&mut self, word: u32) -> usize {
+        self.k.params.push(word);
+        self.k.params.len() - 1
+    }
+
+    fn param_i(&mut self, v: isize) -> usize {
+        self.param(v as i32 as u32)
+    }
+
+    fn is_identity(&self, m: &Mapping) -> bool {
+        m.frame == 0 && m.view.shape == self.k.shape && m.view.is_contiguous()
+    }
+
+    /// The kernel's extents, in the parameters once, the first time any coordinate is needed.
+    fn need_coords(&mut self) {
+        if self.k.dims_at.is_none() {
+            let at = self.k.params.len();
+            let dims: Vec<u32> = self.k.shape.dims().iter().map(|&d| d as u32).collect();
+            self.k.params.extend(dims);
+            self.k.dims_at = Some(at);
+        }
+    }
+
+    fn push(&mut self, instr: Instr) -> usize {
+        self.k.body.push(instr);
+        self.k.body.len() - 1
+    }
+
+    fn load(&mut self, id: NodeId, m: &Mapping) -> usize {
+        let input = self.input_nodes.iter().position(|&i| i == id).unwrap_or_else(|| {
+            self.input_nodes.push(id);
+            self.input_nodes.len() - 1
+        });
+        if self.is_identity(m) {
+            return self.push(Instr::Load { input, view: None, access: Access::Own });
+        }
+        self.need_coords();
+        let key = (m.view.clone(), m.frame);
+        let at = match self.views.get(&key) {
+            Some(&at) => at,
+            None => {
+                let at = self.k.params.len();
+                for &s in &m.view.strides {
+                    self.param_i(s);
+                }
+                self.param_i(m.view.offset);
+                self.views.insert(key, at);
+                at
+            }
+        };
+        self.push(Instr::Load { input, view: Some(ViewRef { at, frame: m.frame }), access: Access::Gather })
+    }
+
+    /// The instruction holding node `id` under mapping `m`. `anchor` is the node to store if a view on the way
+    /// cannot be composed.
+    fn value(&mut self, id: NodeId, m: &Mapping, anchor: Option<NodeId>) -> Result<usize, NodeId> {
+        let key = (id, m.clone());
+        if let Some(&v) = self.cache.get(&key) {
+            return Ok(v);
+        }
+        let fail = anchor.unwrap_or(id);
+        let node = self.graph.node(id);
+        let computed_here = self.members.contains(&id) && self.is_identity(m);
+        let v = if !computed_here && self.fusion.is_buffer(self.graph, id) {
+            self.load(id, m)
+        } else {
+            match &node.op {
+                Op::Const(c) => {
+                    let at = self.param(c.to_bits());
+                    self.push(Instr::Scalar(at))
+                }
+                Op::Unary(op, a) => {
+                    let a = self.value(*a, m, anchor)?;
+                    self.k.fused_ops += 1;
+                    self.push(Instr::Unary(*op, a))
+                }
+                Op::Binary(op, a, b) => {
+                    let operand = |x: NodeId, this: &mut Self| -> Result<usize, NodeId> {
+                        let xs = &this.graph.node(x).shape;
+                        if *xs == node.shape {
+                            this.value(x, m, anchor)
+                        } else {
+                            let view = m.view.compose(&View::broadcast(xs, &node.shape)).ok_or(fail)?;
+                            this.value(x, &Mapping { view, frame: m.frame }, anchor)
+                        }
+                    };
+                    let a = operand(*a, self)?;
+                    let b = operand(*b, self)?;
+                    self.k.fused_ops += 1;
+                    self.push(Instr::Binary(*op, a, b))
+                }
+                Op::View(v, src) => {
+                    let view = m.view.compose(v).ok_or(fail)?;
+                    self.value(*src, &Mapping { view, frame: m.frame }, Some(*src))?
+                }
+                Op::Contiguous(src) => self.value(*src, m, anchor)?,
+                Op::Cat(parts, dim) => self.cat(id, parts, *dim, m, fail)?,
+                Op::Data(_) | Op::Buffer => unreachable!("leaves are loads"),
+            }
+        };
+        self.cache.insert(key, v);
+        Ok(v)
+    }
+
+    fn cat(&mut self, id: NodeId, parts: &[NodeId], dim: usize, m: &Mapping, fail: NodeId) -> Result<usize, NodeId> {
+        let shape = &self.graph.node(id).shape;
+        let coords = m.view.coords_in(shape).ok_or(fail)?;
+        let origin = coords.origin[dim];
+        let movers: Vec<usize> =
+            (0..coords.axes.len()).filter(|&d| matches!(coords.axes[d], Some((j, _)) if j == dim)).collect();
+        // The view of part `p` (starting at `start` along `dim`) from the same coordinates, its origin along `dim`
+        // set to `along`.
+        let part_view = |p: NodeId, along: isize, domain: &crate::shape::Shape| -> View {
+            let cs = contiguous_strides(&self.graph.node(p).shape);
+            let mut offset = 0;
+            for (j, &o) in coords.origin.iter().enumerate() {
+                offset += if j == dim { along } else { o } * cs[j];
+            }
+            let strides = coords.axes.iter().map(|a| a.map_or(0, |(j, mult)| mult * cs[j])).collect();
+            View { shape: domain.clone(), strides, offset }
+        };
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut at = 0isize;
+        for &p in parts {
+            starts.push(at);
+            at += self.graph.node(p).shape.dims()[dim] as isize;
+        }
+        if movers.is_empty() {
+            // The coordinate along `dim` is the same everywhere: one part, chosen now.
+            let k = (0..parts.len()).rev().find(|&k| starts[k] <= origin).unwrap_or(0);
+            let view = part_view(parts[k], origin - starts[k], &m.view.shape);
+            return self.value(parts[k], &Mapping { view, frame: m.frame }, Some(parts[k]));
+        }
+        let [d] = movers[..] else { return Err(fail) };
+        if coords.axes[d].map(|(_, mult)| mult) != Some(1) {
+            return Err(fail);
+        }
+        self.need_coords();
+        let mut out = Vec::with_capacity(parts.len());
+        for (k, &p) in parts.iter().enumerate() {
+            let len = self.graph.node(p).shape.dims()[dim];
+            if len == 0 {
+                continue;
+            }
+            let shift = self.param_i(starts[k] - origin);
+            let bound = self.param_i(starts[k] + len as isize - origin);
+            self.k.frames.push(Frame { parent: m.frame, axis: d, shift });
+            let frame = self.k.frames.len();
+            let mut domain = m.view.shape.dims().to_vec();
+            domain[d] = len;
+            let view = part_view(p, 0, &domain.into());
+            let saved = self.cache.clone();
+            let lo = self.k.body.len();
+            let value = self.value(p, &Mapping { view, frame }, Some(p))?;
+            let hi = self.k.body.len();
+            self.cache = saved;
+            out.push(CatPart { bound, frame, body: lo..hi, value });
+        }
+        self.k.fused_ops += 1;
+        Ok(self.push(Instr::Cat { frame: m.frame, axis: d, parts: out }))
+    }
+
+    /// Picks 4 elements per thread where every access allows it, and how each load then reads its 4.
+    fn vectorize(&mut self) {
+        let k = &mut self.k;
+        let rank = k.shape.ndim();
+        let numel = k.shape.numel();
+        let p = |i: usize| k.params[i] as i32 as isize;
+        // Total shift of the innermost axis in a frame, from the kernel's own coordinates.
+        let inner_shift = |mut f: usize| {
+            let mut s = 0;
+            while f > 0 {
+                let fr = k.frames[f - 1];
+                if fr.axis + 1 == rank {
+                    s += p(fr.shift);
+                }
+                f = fr.parent;
+            }
+            s
+        };
+        let wide = if k.dims_at.is_none() {
+            true
+        } else {
+            let inner = k.shape.dims().last().copied().unwrap_or(1);
+            let cats_aligned = k.body.iter().all(|i| match i {
+                Instr::Cat { axis, parts, .. } if axis + 1 == rank => {
+                    parts.iter().all(|c| p(c.bound) % 4 == 0) && k.frames.iter().all(|f| p(f.shift) % 4 == 0)
+                }
+                _ => true,
+            });
+            rank > 0 && inner % 4 == 0 && numel >= VEC4_MIN_STRIDED && cats_aligned
+        };
+        k.width = if wide { 4 } else { 1 };
+        let mut vector_ok = vec![wide; k.inputs.len()];
+        let accesses: Vec<Access> = k
+            .body
+            .iter()
+            .map(|i| match *i {
+                Instr::Load { view: Some(v), input, .. } if wide => {
+                    let inner = p(v.at + rank - 1);
+                    let aligned = (p(v.at + rank) - inner_shift(v.frame) * inner) % 4 == 0
+                        && (0..rank - 1).all(|d| p(v.at + d) % 4 == 0 || k.shape.dims()[d] == 1);
+                    let a = match inner {
+                        0 => Access::Splat,
+                        1 if aligned => Access::Vector,
+                        _ => Access::Gather,
+                    };
+                    if a != Access::Vector {
+                        vector_ok[input] = false;
+                    }
+                    a
+                }
+                Instr::Load { access, .. } => access,
+                _ => Access::Own,
+            })
+            .collect();
+        for (instr, a) in k.body.iter_mut().zip(accesses) {
+            if let Instr::Load { access, .. } = instr {
+                *access = a;
+            }
+        }
+        for (input, ok) in k.inputs.iter_mut().zip(vector_ok) {
+            input.1 = ok;
+        }
+    }
+}
+
+/// Lowers one group to a kernel. `written` says which members leave the kernel; `slot` names a node's buffer in
+/// the plan. Fails with a node that must be materialized first.
+pub(super) fn lower(
+    graph: &Graph,
+    fusion: &Fusion,
+    grp: &Group,
+    written: &dyn Fn(NodeId) -> bool,
+    slot: &mut dyn FnMut(NodeId) -> usize,
+) -> Result<Kernel, NodeId> {
+    let mut l = Lowerer {
+        graph,
+        fusion,
+        members: grp.members.iter().copied().collect(),
+        k: Kernel {
+            kind: Kind::Elementwise,
+            shape: grp.shape.clone(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            body: Vec::new(),
+            frames: Vec::new(),
+            params: vec![grp.shape.numel() as u32],
+            dims_at: None,
+            width: 1,
+            fused_ops: 0,
+        },
+        input_nodes: Vec::new(),
+        cache: HashMap::new(),
+        views: HashMap::new(),
+    };
+    let identity = Mapping { view: View::contiguous(&grp.shape), frame: 0 };
+    for &member in &grp.members {
+        let v = l.value(member, &identity, None)?;
+        if written(member) {
+            l.k.outputs.push((slot(member), v));
+        }
+    }
+    l.k.inputs = l.input_nodes.iter().map(|&id| (slot(id), false)).collect();
+    l.vectorize();
+    Ok(l.k)
+}
