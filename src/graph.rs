@@ -87,6 +87,11 @@ impl Graph {
         &self.nodes[id]
     }
 
+    /// Whether `id` is still live.
+    pub fn contains(&self, id: NodeId) -> bool {
+        self.nodes.contains_key(id)
+    }
+
     /// Number of live nodes.
     pub fn len(&self) -> usize {
         self.nodes.len()

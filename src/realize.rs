@@ -54,11 +54,6 @@ impl Device {
         let before = *stats;
         stats.realizes += 1;
 
-        for &id in &plan.empty {
-            let mut freed = Vec::new();
-            graph.set_realized(id, None, &mut freed);
-            self.free(stats, freed);
-        }
         let buffers = plan
             .slots
             .iter()
@@ -95,6 +90,14 @@ impl Device {
             // A realized node becomes a leaf holding its buffer and lets go of its inputs.
             graph.set_realized(plan.slots[slot].node, Some(key), &mut freed);
             self.free(stats, freed);
+        }
+        // Empty outputs last: realizing one may free nodes the job still named.
+        for &id in &plan.empty {
+            if graph.contains(id) {
+                let mut freed = Vec::new();
+                graph.set_realized(id, None, &mut freed);
+                self.free(stats, freed);
+            }
         }
         if debug >= 1 {
             let s = *stats;

@@ -262,12 +262,12 @@ impl Tensor {
     }
 
     /// A tensor with its own row-major buffer once realized: `self` when it already is contiguous, otherwise a
-    /// copy computed by one kernel.
+    /// copy. Read by another kernel of the same realize, the copy is computed inside that kernel (no extra pass).
     pub fn contiguous(&self) -> Tensor {
         if self.is_contiguous() {
             return self.clone();
         }
-        Tensor::from_op(&self.device, Op::Contiguous(self.id), self.shape.clone())
+        self.stored_copy()
     }
 
     /// The tensors joined along axis `dim`; all have the same shape except along `dim`. Nothing is copied first:
@@ -316,7 +316,7 @@ impl Tensor {
         if tensors.len() > MAX_CAT_PARTS {
             let chunks: Vec<Tensor> = tensors
                 .chunks(MAX_CAT_PARTS)
-                .map(|c| Tensor::try_cat(c, d).map(|t| t.contiguous_copy()))
+                .map(|c| Tensor::try_cat(c, d).map(|t| t.stored_copy()))
                 .collect::<Result<_>>()?;
             return Tensor::try_cat(&chunks.iter().collect::<Vec<_>>(), d);
         }
@@ -324,8 +324,8 @@ impl Tensor {
         Ok(Tensor::from_op(&first.device, Op::Cat(parts, d), dims.into()))
     }
 
-    /// A node that is always stored, whatever it is.
-    fn contiguous_copy(&self) -> Tensor {
+    /// A node that is always materialized, whatever it is.
+    fn stored_copy(&self) -> Tensor {
         Tensor::from_op(&self.device, Op::Contiguous(self.id), self.shape.clone())
     }
 
