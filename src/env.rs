@@ -15,7 +15,8 @@ pub fn nofuse() -> bool {
     var("LAZOR_NOFUSE").is_some_and(|v| v.trim() != "0")
 }
 
-/// `LAZOR_MAX_FUSED_OPS`: the most ops one generated kernel computes (default 256; longer chains split).
+/// `LAZOR_MAX_FUSED_OPS`: the most ops one generated kernel computes (default 256, at most 1024; longer chains
+/// split). The cap bounds the depth of lowering's recursion as well as driver compile time.
 pub fn max_fused_ops() -> usize {
-    var("LAZOR_MAX_FUSED_OPS").and_then(|v| v.trim().parse().ok()).filter(|&n| n > 0).unwrap_or(256)
+    var("LAZOR_MAX_FUSED_OPS").and_then(|v| v.trim().parse().ok()).filter(|&n| n > 0).unwrap_or(256).min(1024)
 }
