@@ -23,6 +23,14 @@ fn main() {
     let y = (x.sigmoid() * &x).maximum(&x.tanh()).clamp(-1.0, 2.5);
     println!("y = {:?}", y.to_vec());
 
+    // Views are index math: the transpose, the slice and the concatenation are read in place, in one kernel.
+    let m = Tensor::from_vec((0..6).map(|i| i as f32).collect(), [2, 3]);
+    let before = Device::default().stats().dispatches;
+    let z = (Tensor::cat(&[&m.t(), &m.t().narrow(0, 0, 1)], 0) * 10.0).relu();
+    println!("z = {:?} (shape {:?})", z.to_vec(), z.shape());
+    assert_eq!(z.to_vec()[..6], [0.0, 30.0, 10.0, 40.0, 20.0, 50.0]);
+    assert_eq!(Device::default().stats().dispatches - before, 1);
+
     let dev = Device::default();
     let s = dev.stats();
     println!(
