@@ -25,7 +25,12 @@ pub enum Access {
     Splat,
     /// Through any other view: 4 separate loads.
     Gather,
+    /// From workgroup tile `n` of [`Kernel::tiles`], which the workgroup filled with coalesced reads.
+    Tile(usize),
 }
+
+/// Side of the square tiles of a tiled kernel, along the two innermost axes.
+pub const TILE: usize = 32;
 
 /// A strided read's parameters: `rank` strides then the offset, starting at `Kernel::params[at]`, in the
 /// coordinates of frame `frame`.
@@ -100,6 +105,11 @@ pub struct Kernel {
     pub dims_at: Option<usize>,
     /// Elements per thread: 4 (vec4) or 1.
     pub width: usize,
+    /// Strided views (by parameter index) staged through workgroup memory: non-empty makes the kernel *tiled*,
+    /// each workgroup computing a `TILE` x `TILE` block of the two innermost axes. A view whose stride is 1 along
+    /// the rows and not along the columns (a transposed operand) is read down columns, so loading it by element
+    /// touches a new cache line per element; a tile reads it along its rows and hands it over transposed.
+    pub tiles: Vec<usize>,
     /// Graph ops this kernel computes, for debugging output.
     pub fused_ops: usize,
 }
@@ -107,7 +117,13 @@ pub struct Kernel {
 impl Kernel {
     /// Threads the kernel runs.
     pub fn threads(&self) -> usize {
-        self.shape.numel().div_ceil(self.width)
+        if self.tiles.is_empty() {
+            return self.shape.numel().div_ceil(self.width);
+        }
+        let d = self.shape.dims();
+        let (rows, cols) = (d[d.len() - 2], d[d.len() - 1]);
+        let batch: usize = d[..d.len() - 2].iter().product();
+        rows.div_ceil(TILE) * cols.div_ceil(TILE) * batch * crate::codegen::WORKGROUP_SIZE as usize
     }
 
     /// Storage buffers the kernel binds: parameters, outputs and inputs.

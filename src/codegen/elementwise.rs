@@ -2,7 +2,7 @@
 //! strided loads, and concatenations as branches that only load the part they select.
 
 use super::{Builder, WORKGROUP_SIZE};
-use crate::kernel::{Access, Instr, Kernel};
+use crate::kernel::{Access, Instr, Kernel, TILE};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -10,6 +10,21 @@ use std::fmt::Write;
 fn pi(k: usize) -> String {
     format!("bitcast<i32>(p[{k}])")
 }
+
+/// The element index of the view whose parameters start at `at`, at the coordinates named `names`.
+fn index_at(rank: usize, at: usize, names: &[String]) -> String {
+    let mut terms = vec![pi(at + rank)];
+    for (d, name) in names.iter().enumerate() {
+        terms.push(format!("{name} * {}", pi(at + d)));
+    }
+    terms.join(" + ")
+}
+
+/// Rows of a tile one pass of a workgroup covers.
+const STEP: usize = WORKGROUP_SIZE as usize / TILE;
+
+/// Row pitch of a tile in workgroup memory: one more than its side, so reading a column hits 32 banks.
+const PITCH: usize = TILE + 1;
 
 struct Emitter<'a> {
     k: &'a Kernel,
@@ -43,17 +58,14 @@ impl Emitter<'_> {
 
     /// The element index of a strided load, as an `i32` expression.
     fn index(&self, at: usize, frame: usize) -> String {
-        let rank = self.k.shape.ndim();
-        let mut terms = vec![pi(at + rank)];
-        for d in 0..rank {
-            terms.push(format!("{} * {}", self.coord(frame, d), pi(at + d)));
-        }
-        terms.join(" + ")
+        let names: Vec<String> = (0..self.k.shape.ndim()).map(|d| self.coord(frame, d)).collect();
+        index_at(self.k.shape.ndim(), at, &names)
     }
 
     fn instr(&mut self, n: usize, depth: usize) {
         let wide = self.k.width == 4;
         let rhs = match &self.k.body[n] {
+            Instr::Load { access: Access::Tile(t), .. } => format!("tile{t}[tx * {PITCH}u + ty + {STEP}u * k]"),
             Instr::Load { input, view: None, .. } => {
                 let vector = self.k.inputs[*input].1;
                 if !wide || vector {
@@ -146,6 +158,18 @@ pub(super) fn generate(k: &Kernel) -> String {
         }
     }
     let mut e = Emitter { k, b, out: String::with_capacity(512 + 64 * k.body.len()), cat_starts };
+    if k.tiles.is_empty() {
+        linear_main(&mut e);
+    } else {
+        tiled_main(&mut e);
+    }
+    let Emitter { b, out, .. } = e;
+    b.finish(&out)
+}
+
+/// One thread per element (or per 4): coordinates from the thread's index.
+fn linear_main(e: &mut Emitter) {
+    let k = e.k;
     let threads = match (k.width, k.dims_at) {
         (4, None) => "(p[0] + 3u) / 4u",
         (4, Some(_)) => "p[0] / 4u",
@@ -176,6 +200,90 @@ pub(super) fn generate(k: &Kernel) -> String {
         e.line(1, &format!("o{o}[i] = t{value};"));
     }
     e.out.push_str("}\n");
-    let Emitter { b, out, .. } = e;
-    b.finish(&out)
+}
+
+/// A workgroup per `TILE` x `TILE` block of the two innermost axes (and one index of the outer ones): first the
+/// tiled views are read along their contiguous axis into workgroup memory, then each thread computes `TILE / STEP`
+/// elements of one column of the block, reading the tiles across.
+fn tiled_main(e: &mut Emitter) {
+    let k = e.k;
+    let rank = k.shape.ndim();
+    let at = k.dims_at.expect("tiled kernels use coordinates");
+    let (rows, cols) = (format!("p[{}]", at + rank - 2), format!("p[{}]", at + rank - 1));
+    let per = TILE / STEP;
+    for t in 0..k.tiles.len() {
+        let _ = writeln!(e.out, "var<workgroup> tile{t}: array<f32, {}>;", TILE * PITCH);
+    }
+    let _ = write!(
+        e.out,
+        "@compute @workgroup_size({WORKGROUP_SIZE})\n\
+         fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, \
+         @builtin(num_workgroups) nwg: vec3<u32>) {{\n"
+    );
+    e.line(1, &format!("let tiles_c = ({cols} + {}u) / {TILE}u;", TILE - 1));
+    e.line(1, &format!("let tiles_r = ({rows} + {}u) / {TILE}u;", TILE - 1));
+    e.line(1, "let w = wid.x + wid.y * nwg.x;");
+    // Uniform per workgroup, so returning keeps the barrier below in uniform control flow.
+    e.line(1, &format!("if (w >= tiles_c * tiles_r * (p[0] / ({rows} * {cols}))) {{ return; }}"));
+    e.line(1, &format!("let c0_ = (w % tiles_c) * {TILE}u;"));
+    e.line(1, "var r = w / tiles_c;");
+    e.line(1, &format!("let r0_ = (r % tiles_r) * {TILE}u;"));
+    e.line(1, "r = r / tiles_r;");
+    for d in (0..rank - 2).rev() {
+        if d == 0 {
+            e.line(1, "let c0 = i32(r);");
+        } else {
+            e.line(1, &format!("let c{d} = i32(r % p[{}]);", at + d));
+            e.line(1, &format!("r = r / p[{}];", at + d));
+        }
+    }
+    e.line(1, &format!("let tx = lid.x % {TILE}u;"));
+    e.line(1, &format!("let ty = lid.x / {TILE}u;"));
+    let mut names: Vec<String> = (0..rank - 2).map(|d| format!("c{d}")).collect();
+    names.push("i32(r0_ + tx)".into());
+    names.push(format!("i32(c0_ + ty + {STEP}u * k)"));
+    e.line(1, &format!("for (var k = 0u; k < {per}u; k++) {{"));
+    e.line(2, &format!("if (r0_ + tx < {rows} && c0_ + ty + {STEP}u * k < {cols}) {{"));
+    for (t, &view_at) in k.tiles.iter().enumerate() {
+        let input = k
+            .body
+            .iter()
+            .find_map(|i| match i {
+                Instr::Load { input, access: Access::Tile(n), .. } if *n == t => Some(*input),
+                _ => None,
+            })
+            .expect("a tile has a load");
+        let ix = index_at(rank, view_at, &names);
+        e.line(3, &format!("tile{t}[(ty + {STEP}u * k) * {PITCH}u + tx] = i{input}[u32({ix})];"));
+    }
+    e.line(2, "}");
+    e.line(1, "}");
+    e.line(1, "workgroupBarrier();");
+    e.line(1, &format!("for (var k = 0u; k < {per}u; k++) {{"));
+    e.line(2, &format!("let row = r0_ + ty + {STEP}u * k;"));
+    e.line(2, "let col = c0_ + tx;");
+    e.line(2, &format!("if (row >= {rows} || col >= {cols}) {{ continue; }}"));
+    e.line(2, &format!("let c{} = i32(row);", rank - 2));
+    e.line(2, &format!("let c{} = i32(col);", rank - 1));
+    // The element's row-major index, for loads at the kernel's own index and the stores.
+    let mut idx = String::from("0u");
+    let mut stride = String::from("1u");
+    for d in (0..rank).rev() {
+        let c = if d + 2 == rank {
+            "row".to_string()
+        } else if d + 1 == rank {
+            "col".to_string()
+        } else {
+            format!("u32(c{d})")
+        };
+        idx = format!("{idx} + {c} * {stride}");
+        stride = format!("{stride} * p[{}]", at + d);
+    }
+    e.line(2, &format!("let i = {idx};"));
+    e.range(0..k.body.len(), 2);
+    for (o, &(_, value)) in k.outputs.iter().enumerate() {
+        e.line(2, &format!("o{o}[i] = t{value};"));
+    }
+    e.line(1, "}");
+    e.out.push_str("}\n");
 }

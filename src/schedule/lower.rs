@@ -12,13 +12,16 @@
 
 use super::fuse::{Fusion, Group};
 use crate::graph::{Graph, NodeId, Op};
-use crate::kernel::{Access, CatPart, Frame, Instr, Kernel, Kind, ViewRef};
+use crate::kernel::{Access, CatPart, Frame, Instr, Kernel, Kind, ViewRef, TILE};
 use crate::view::{contiguous_strides, View};
 use std::collections::{HashMap, HashSet};
 
 /// Strided kernels smaller than this stay scalar: they are bound by launch latency, not bandwidth, and one
 /// pipeline then serves every small size of a pattern.
 const VEC4_MIN_STRIDED: usize = 1 << 16;
+
+/// Most views one kernel stages through workgroup tiles (each takes 4 KiB of workgroup memory).
+const MAX_TILES: usize = 4;
 
 /// Where a node is evaluated: a view from the kernel's coordinates in `frame` into the node's index space.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -201,8 +204,47 @@ impl Lowerer<'_> {
         Ok(self.push(Instr::Cat { frame: m.frame, axis: d, parts: out }))
     }
 
+    /// Stages transposed operands through workgroup tiles when the kernel is big enough for it to pay: a view
+    /// with stride 1 along the rows and another stride along the columns. Returns whether the kernel is tiled.
+    fn tile(&mut self) -> bool {
+        let k = &mut self.k;
+        let rank = k.shape.ndim();
+        if rank < 2 || k.shape.numel() < VEC4_MIN_STRIDED || k.body.iter().any(|i| matches!(i, Instr::Cat { .. })) {
+            return false;
+        }
+        let d = k.shape.dims();
+        if d[rank - 1] < TILE / 2 || d[rank - 2] < TILE / 2 {
+            return false;
+        }
+        let params = &k.params;
+        let p = |i: usize| params[i] as i32 as isize;
+        let mut tiles: Vec<usize> = Vec::new();
+        for instr in &mut k.body {
+            if let Instr::Load { view: Some(v), access, .. } = instr {
+                let transposed = v.frame == 0 && p(v.at + rank - 2) == 1 && !matches!(p(v.at + rank - 1), 0 | 1);
+                if !transposed {
+                    continue;
+                }
+                let n = match tiles.iter().position(|&at| at == v.at) {
+                    Some(n) => n,
+                    None if tiles.len() < MAX_TILES => {
+                        tiles.push(v.at);
+                        tiles.len() - 1
+                    }
+                    None => continue,
+                };
+                *access = Access::Tile(n);
+            }
+        }
+        k.tiles = tiles;
+        !k.tiles.is_empty()
+    }
+
     /// Picks 4 elements per thread where every access allows it, and how each load then reads its 4.
     fn vectorize(&mut self) {
+        if self.tile() {
+            return;
+        }
         let k = &mut self.k;
         let rank = k.shape.ndim();
         let numel = k.shape.numel();
@@ -289,6 +331,7 @@ pub(super) fn lower(
             params: vec![grp.shape.numel() as u32],
             dims_at: None,
             width: 1,
+            tiles: Vec::new(),
             fused_ops: 0,
         },
         input_nodes: Vec::new(),
