@@ -242,47 +242,54 @@ fn tiled_main(e: &mut Emitter) {
     let mut names: Vec<String> = (0..rank - 2).map(|d| format!("c{d}")).collect();
     names.push("i32(r0_ + tx)".into());
     names.push(format!("i32(c0_ + ty + {STEP}u * k)"));
-    e.line(1, &format!("for (var k = 0u; k < {per}u; k++) {{"));
-    e.line(2, &format!("if (r0_ + tx < {rows} && c0_ + ty + {STEP}u * k < {cols}) {{"));
-    for (t, &view_at) in k.tiles.iter().enumerate() {
-        let input = k
-            .body
-            .iter()
-            .find_map(|i| match i {
-                Instr::Load { input, access: Access::Tile(n), .. } if *n == t => Some(*input),
-                _ => None,
-            })
-            .expect("a tile has a load");
-        let ix = index_at(rank, view_at, &names);
-        e.line(3, &format!("tile{t}[(ty + {STEP}u * k) * {PITCH}u + tx] = i{input}[u32({ix})];"));
+    // Whole tiles (all but the edges) skip the bounds checks, so the compiler can unroll and overlap the loads.
+    e.line(1, &format!("let full = r0_ + {TILE}u <= {rows} && c0_ + {TILE}u <= {cols};"));
+    for checked in [false, true] {
+        e.line(1, if checked { "} else {" } else { "if (full) {" });
+        e.line(2, &format!("for (var k = 0u; k < {per}u; k++) {{"));
+        if checked {
+            e.line(3, &format!("if (r0_ + tx >= {rows} || c0_ + ty + {STEP}u * k >= {cols}) {{ continue; }}"));
+        }
+        for (t, &view_at) in k.tiles.iter().enumerate() {
+            let input = k
+                .body
+                .iter()
+                .find_map(|i| match i {
+                    Instr::Load { input, access: Access::Tile(n), .. } if *n == t => Some(*input),
+                    _ => None,
+                })
+                .expect("a tile has a load");
+            let ix = index_at(rank, view_at, &names);
+            e.line(3, &format!("tile{t}[(ty + {STEP}u * k) * {PITCH}u + tx] = i{input}[u32({ix})];"));
+        }
+        e.line(2, "}");
     }
-    e.line(2, "}");
     e.line(1, "}");
     e.line(1, "workgroupBarrier();");
-    e.line(1, &format!("for (var k = 0u; k < {per}u; k++) {{"));
-    e.line(2, &format!("let row = r0_ + ty + {STEP}u * k;"));
-    e.line(2, "let col = c0_ + tx;");
-    e.line(2, &format!("if (row >= {rows} || col >= {cols}) {{ continue; }}"));
-    e.line(2, &format!("let c{} = i32(row);", rank - 2));
-    e.line(2, &format!("let c{} = i32(col);", rank - 1));
-    // The element's row-major index, for loads at the kernel's own index and the stores.
-    let mut idx = String::from("0u");
-    let mut stride = String::from("1u");
-    for d in (0..rank).rev() {
-        let c = if d + 2 == rank {
-            "row".to_string()
-        } else if d + 1 == rank {
-            "col".to_string()
-        } else {
-            format!("u32(c{d})")
-        };
+    let mut idx = String::from("col");
+    let mut stride = format!("p[{}]", at + rank - 1);
+    for d in (0..rank - 1).rev() {
+        let c = if d + 2 == rank { "row".to_string() } else { format!("u32(c{d})") };
         idx = format!("{idx} + {c} * {stride}");
         stride = format!("{stride} * p[{}]", at + d);
     }
-    e.line(2, &format!("let i = {idx};"));
-    e.range(0..k.body.len(), 2);
-    for (o, &(_, value)) in k.outputs.iter().enumerate() {
-        e.line(2, &format!("o{o}[i] = t{value};"));
+    for checked in [false, true] {
+        e.line(1, if checked { "} else {" } else { "if (full) {" });
+        e.line(2, &format!("for (var k = 0u; k < {per}u; k++) {{"));
+        e.line(3, &format!("let row = r0_ + ty + {STEP}u * k;"));
+        e.line(3, "let col = c0_ + tx;");
+        if checked {
+            e.line(3, &format!("if (row >= {rows} || col >= {cols}) {{ continue; }}"));
+        }
+        e.line(3, &format!("let c{} = i32(row);", rank - 2));
+        e.line(3, &format!("let c{} = i32(col);", rank - 1));
+        // The element's row-major index, for loads at the kernel's own index and the stores.
+        e.line(3, &format!("let i = {idx};"));
+        e.range(0..k.body.len(), 3);
+        for (o, &(_, value)) in k.outputs.iter().enumerate() {
+            e.line(3, &format!("o{o}[i] = t{value};"));
+        }
+        e.line(2, "}");
     }
     e.line(1, "}");
     e.out.push_str("}\n");
