@@ -2,25 +2,33 @@
 //! Prints markdown tables; `docs/BENCHMARKS.md` records what it printed.
 //!
 //! ```text
-//! cargo run --release --example bench
+//! cargo run --release --example bench                 # both sections
+//! cargo run --release --example bench -- views        # only the views section (or `elementwise`)
 //! ```
+//!
+//! The views section times `a.t() + b` against `a + b` (square `[n, n]`, n = 4096 and 8192) and
+//! `Tensor::cat(&[&a, &b], 0) * 2.0` against `a2 * 2.0` (2^24 and 2^26 elements), view and plain alternating run by
+//! run on one device (`Device::default()`), batched and 1/sync; sizes over `max_tensor_bytes` are skipped with a
+//! printed note.
 //!
 //! Knobs (environment):
 //! - `LAZOR_BENCH_RUNS` (default 20): timed runs per cell, after warm-up; tables show the median.
 //! - `LAZOR_BENCH_BUDGET_MS` (default 3000): a cell stops early once it has spent this long and has 5 runs.
 //! - `LAZOR_BENCH_BIG=1`: on a CPU adapter (lavapipe) also run 2^24 and 2^26 elements, skipped by default.
-//! - `LAZOR_BENCH_MAX_LOG2`: largest size to run, as a power of two.
+//! - `LAZOR_BENCH_MAX_LOG2`: largest size to run, as a power of two (elementwise section).
+//! - `LAZOR_BENCH_VIEW_LOG2` (default `24,26`): output elements of the view cases, comma-separated powers of two
+//!   (transpose_add runs the even ones, as squares).
 //! - `LAZOR_BACKEND`, `LAZOR_ADAPTER`: as for lazor itself.
 //!
-//! Every case reads three f32 inputs and writes one f32 output, so the fused ideal moves 16 bytes per element;
-//! GB/s is those bytes (10^9 per second) over the median wall time of building the expression, `realize()` and
-//! `synchronize()`. Copy rates count bytes read plus bytes written (8 per element). Each size runs on a fresh lazor
-//! `Device`, so buffers pooled at one size do not crowd the pool at the next.
+//! Every elementwise case reads three f32 inputs and writes one f32 output, so the fused ideal moves 16 bytes per
+//! element; GB/s is those bytes (10^9 per second) over the median wall time of building the expression, `realize()`
+//! and `synchronize()`. Copy rates count bytes read plus bytes written (8 per element). Each elementwise size runs on
+//! a fresh lazor `Device`, so buffers pooled at one size do not crowd the pool at the next.
 
 #[path = "../benches/common/mod.rs"]
 mod common;
 
-use common::{Case, IDEAL_BYTES_PER_ELEMENT};
+use common::{Case, ViewCase, IDEAL_BYTES_PER_ELEMENT};
 use lazor::{Device, Tensor};
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -136,16 +144,63 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 ";
 
 /// Hand-written kernels. `Scalar3` has the shape of lazor's generated chain3 kernel: one element per thread,
-/// 256 threads per workgroup, scalars read from the parameter buffer.
+/// 256 threads per workgroup, scalars read from the parameter buffer. The transpose kernels compute `a.t() + b` over
+/// square `[n, n]` inputs (`n` in the parameter buffer): `Gather4` in the shape of lazor's vec4 kernel for it (4
+/// output elements per thread, `a` read by 4 scalar loads, `b` and the output as `vec4`), `Tiled` through a 32x32
+/// tile in workgroup memory, so both reads and the write are coalesced.
 #[derive(Clone, Copy, Debug)]
 enum RawOp {
     Chain3Scalar,
     Chain3Vec4,
     CopyVec4,
+    TransposeAddGather4,
+    TransposeAddTiled,
 }
+
+const TRANSPOSE_GATHER4: &str = "    let n = p[3];
+    let e = i * 4u;
+    let r = e / n;
+    let c = e % n;
+    let t = vec4<f32>(i0[c * n + r], i0[(c + 1u) * n + r], i0[(c + 2u) * n + r], i0[(c + 3u) * n + r]);
+    o0[i] = t + i1[i];
+}
+";
+
+const TRANSPOSE_TILED: &str = "@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(2) var<storage, read> i0: array<f32>;
+@group(0) @binding(3) var<storage, read> i1: array<f32>;
+var<workgroup> tile: array<array<f32, 33>, 32>;
+@compute @workgroup_size(32, 8)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
+    let n = p[3];
+    let r0 = wg.y * 32u;
+    let c0 = wg.x * 32u;
+    for (var k = 0u; k < 32u; k += 8u) {
+        tile[l.y + k][l.x] = i0[(c0 + l.y + k) * n + r0 + l.x];
+    }
+    workgroupBarrier();
+    for (var k = 0u; k < 32u; k += 8u) {
+        let o = (r0 + l.y + k) * n + c0 + l.x;
+        o0[o] = tile[l.x][l.y + k] + i1[o];
+    }
+}
+";
 
 impl RawOp {
     fn wgsl(self) -> String {
+        if let RawOp::TransposeAddTiled = self {
+            return TRANSPOSE_TILED.to_string();
+        }
+        if let RawOp::TransposeAddGather4 = self {
+            return HEADER.to_string()
+                + "@group(0) @binding(1) var<storage, read_write> o0: array<vec4<f32>>;
+\
+                   @group(0) @binding(2) var<storage, read> i0: array<f32>;
+\
+                   @group(0) @binding(3) var<storage, read> i1: array<vec4<f32>>;
+" + MAIN + TRANSPOSE_GATHER4;
+        }
         let (ty, inputs, body) = match self {
             RawOp::Chain3Scalar => (
                 "f32",
@@ -158,6 +213,7 @@ impl RawOp {
                 ("vec4<f32>", 3, "    o0[i] = ((i0[i] + i1[i]) * bitcast<f32>(p[1]) - i2[i]) / bitcast<f32>(p[2]);\n")
             }
             RawOp::CopyVec4 => ("vec4<f32>", 1, "    o0[i] = i0[i];\n"),
+            RawOp::TransposeAddGather4 | RawOp::TransposeAddTiled => unreachable!("written out above"),
         };
         let mut s = HEADER.to_string();
         s += &format!("@group(0) @binding(1) var<storage, read_write> o0: array<{ty}>;\n");
@@ -170,6 +226,7 @@ impl RawOp {
     fn inputs(self) -> usize {
         match self {
             RawOp::CopyVec4 => 1,
+            RawOp::TransposeAddGather4 | RawOp::TransposeAddTiled => 2,
             _ => 3,
         }
     }
@@ -181,10 +238,24 @@ impl RawOp {
         }
     }
 
-    fn host(self, x: [f32; 3]) -> f32 {
+    /// Element `i` on the host, from the inputs `x` (of `x[0].len()` elements each).
+    fn host(self, x: &[Vec<f32>], i: usize) -> f32 {
         match self {
-            RawOp::CopyVec4 => x[0],
-            _ => Case::Chain3.host(x[0], x[1], x[2]),
+            RawOp::CopyVec4 => x[0][i],
+            RawOp::TransposeAddGather4 | RawOp::TransposeAddTiled => ViewCase::TransposeAdd.host_view(x, i),
+            _ => Case::Chain3.host(x[0][i], x[1][i], x[2][i]),
+        }
+    }
+
+    /// Workgroups for `n` output elements.
+    fn groups(self, n: usize, max_per_dim: u32) -> (u32, u32) {
+        match self {
+            RawOp::TransposeAddTiled => {
+                let side = ViewCase::TransposeAdd.side(n);
+                assert!(side % 32 == 0, "the tiled transpose needs a multiple of 32, not {side}");
+                ((side / 32) as u32, (side / 32) as u32)
+            }
+            _ => dispatch_size(n / self.per_thread(), max_per_dim),
         }
     }
 }
@@ -245,7 +316,9 @@ impl Raw {
             cache: None,
         });
         let threads = n / op.per_thread();
-        let params = [threads as u32, 5.0f32.to_bits(), 2.0f32.to_bits(), 0];
+        // The side of a square of n elements, for the transpose kernels.
+        let side = if ViewCase::TransposeAdd.valid(n) { ViewCase::TransposeAdd.side(n) } else { 0 };
+        let params = [threads as u32, 5.0f32.to_bits(), 2.0f32.to_bits(), side as u32];
         let p = self.buffer(16, "params");
         self.queue.write_buffer(&p, 0, &params.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
         let mut buffers = vec![p];
@@ -262,7 +335,7 @@ impl Raw {
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        RawKernel { pipeline, bind_group, groups: dispatch_size(threads, self.max_groups), buffers }
+        RawKernel { pipeline, bind_group, groups: op.groups(n, self.max_groups), buffers }
     }
 
     /// `batch` dispatches of `k` in one compute pass and one submit, then wait.
@@ -309,7 +382,14 @@ impl Raw {
     fn check(&self) -> Result<(), String> {
         let n = 1 << 12;
         let host: Vec<Vec<f32>> = (1..=3).map(|s| inputs(n, s)).collect();
-        for op in [RawOp::Chain3Scalar, RawOp::Chain3Vec4, RawOp::CopyVec4] {
+        let ops = [
+            RawOp::Chain3Scalar,
+            RawOp::Chain3Vec4,
+            RawOp::CopyVec4,
+            RawOp::TransposeAddGather4,
+            RawOp::TransposeAddTiled,
+        ];
+        for op in ops {
             let k = self.kernel(op, n);
             for (j, h) in host.iter().take(op.inputs()).enumerate() {
                 self.queue.write_buffer(&k.buffers[2 + j], 0, bytemuck::cast_slice(h));
@@ -317,7 +397,7 @@ impl Raw {
             self.dispatch(&k, 1);
             let (got, _) = self.read(&k.buffers[1], &self.staging(n as u64 * 4));
             for (i, g) in got.iter().enumerate() {
-                let want = op.host([host[0][i], host[1][i], host[2][i]]);
+                let want = op.host(&host, i);
                 if (g - want).abs() > 1e-5 * want.abs().max(1.0) {
                     return Err(format!("raw kernel {op:?}: element {i} is {g}, want {want}"));
                 }
@@ -545,12 +625,13 @@ fn print_lazor_table(results: &[SizeResult], title: &str, pick: impl Fn(&Row) ->
     }
 }
 
-fn main() -> ExitCode {
+/// The elementwise section: fused and unfused cases, copies, raw kernels, read-back. False on a failure.
+fn elementwise() -> bool {
     let dev = match Device::new() {
         Ok(d) => d,
         Err(e) => {
             eprintln!("bench: no GPU adapter could be opened: {e}");
-            return ExitCode::FAILURE;
+            return false;
         }
     };
     let raw = open_raw(&dev);
@@ -598,7 +679,7 @@ fn main() -> ExitCode {
 
     if let Err(e) = check_correctness(&dev).and_then(|()| raw.check()) {
         eprintln!("bench: wrong results: {e}");
-        return ExitCode::FAILURE;
+        return false;
     }
     println!(
         "- correctness: all cases, fused and unfused, match the host within 1e-4 (relative) at 2^16; the raw \
@@ -733,6 +814,311 @@ fn main() -> ExitCode {
             ms(fresh),
             lazor * 1e3
         );
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Views: each view case against its plain twin of the same size, on one device for the whole section.
+// ---------------------------------------------------------------------------------------------------------------
+
+struct ViewResult {
+    case: ViewCase,
+    numel: usize,
+    /// `batch` realizes then one synchronize, per realize: view, plain (interleaved run by run).
+    many: [Timing; 2],
+    /// realize then synchronize every time: view, plain (interleaved).
+    one: [Timing; 2],
+    /// Raw vec4 copy kernel of `numel` elements on the same device: 1/submit, `batch` per submit.
+    copy_kernel: Pair,
+    /// `transpose_add` only: hand-written `a.t() + b`, in lazor's vec4 gather shape and tiled.
+    raw_transpose: Option<[Pair; 2]>,
+    /// Submits and dispatches of one realize: view, plain.
+    counts: [(u64, u64); 2],
+}
+
+/// Largest relative difference between `got` and the host's value of each element.
+fn worst_error(got: &[f32], want: impl Fn(usize) -> f32) -> f32 {
+    got.iter().enumerate().fold(0.0f32, |w, (i, g)| {
+        let want = want(i);
+        let e = (g - want).abs() / want.abs().max(1.0);
+        if e.is_nan() || w.is_nan() {
+            f32::NAN
+        } else {
+            w.max(e)
+        }
+    })
+}
+
+/// Host values of the inputs of `case` at `numel` output elements.
+fn view_host_inputs(case: ViewCase, numel: usize) -> Vec<Vec<f32>> {
+    case.input_shapes(numel).iter().enumerate().map(|(j, s)| inputs(s.iter().product(), 11 + j as u64)).collect()
+}
+
+/// Compares the view case and its twin at `numel` elements with the host, over inputs already on the device.
+fn check_view(case: ViewCase, host: &[Vec<f32>], x: &[Tensor]) -> Result<(), String> {
+    let view = case.build_view(x).try_to_vec().map_err(|e| e.to_string())?;
+    let plain = case.build_plain(x).try_to_vec().map_err(|e| e.to_string())?;
+    for (what, got, worst) in [
+        ("view", &view, worst_error(&view, |i| case.host_view(host, i))),
+        ("plain", &plain, worst_error(&plain, |i| case.host_plain(host, i))),
+    ] {
+        if worst.is_nan() || worst > 1e-6 {
+            return Err(format!(
+                "{} ({what}) at {} elements differs from the host by {worst:e}",
+                case.name(),
+                got.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Inputs of `case` at `numel` output elements, on the default device (as `Tensor::from_vec` puts them), realized.
+fn view_inputs(case: ViewCase, numel: usize, host: &[Vec<f32>]) -> Vec<Tensor> {
+    let x: Vec<Tensor> =
+        host.iter().zip(case.input_shapes(numel)).map(|(h, s)| Tensor::from_vec(h.clone(), s)).collect();
+    lazor::realize(&x.iter().collect::<Vec<_>>()).expect("upload view inputs");
+    x
+}
+
+fn run_view(dev: &Device, raw: &Raw, cfg: &Config, case: ViewCase, numel: usize) -> Result<ViewResult, String> {
+    let batch = cfg.batch;
+    let host = view_host_inputs(case, numel);
+    let x = view_inputs(case, numel, &host);
+    dev.synchronize().map_err(|e| e.to_string())?;
+    // The kernels timed below, checked in full first.
+    check_view(case, &host, &x)?;
+    drop(host);
+    let counts = [true, false].map(|view| {
+        let before = dev.stats();
+        let y = if view { case.build_view(&x) } else { case.build_plain(&x) };
+        y.realize().expect("realize");
+        dev.synchronize().expect("synchronize");
+        let after = dev.stats();
+        (after.submits - before.submits, after.dispatches - before.dispatches)
+    });
+    let run = |view: bool, k: u32| {
+        let t = Instant::now();
+        for _ in 0..k {
+            // Dropped at once: its buffer goes back to the pool and the next realize reuses it (in queue order).
+            let y = if view { case.build_view(&x) } else { case.build_plain(&x) };
+            y.realize().expect("realize");
+        }
+        dev.synchronize().expect("synchronize");
+        t.elapsed()
+    };
+    // View and plain alternate run by run, so drifts of clock or temperature reach both alike.
+    let many = measure_parts(cfg, || [run(true, batch), run(false, batch)]).map(|t| t.per(batch));
+    let one = measure_parts(cfg, || [run(true, 1), run(false, 1)]);
+    drop(x);
+    dev.synchronize().map_err(|e| e.to_string())?;
+    let kernel = |op| {
+        let k = raw.kernel(op, numel);
+        Pair { one: measure(cfg, || raw.dispatch(&k, 1)), many: measure(cfg, || raw.dispatch(&k, batch)).per(batch) }
+    };
+    let copy_kernel = kernel(RawOp::CopyVec4);
+    let raw_transpose = (case == ViewCase::TransposeAdd && ViewCase::TransposeAdd.side(numel) % 32 == 0)
+        .then(|| [RawOp::TransposeAddGather4, RawOp::TransposeAddTiled].map(kernel));
+    raw.wait();
+    Ok(ViewResult { case, numel, many, one, copy_kernel, raw_transpose, counts })
+}
+
+/// Small sizes, below and above the vec4 threshold, aligned and not: every view path against the host.
+fn check_views_small() -> Result<(), String> {
+    for case in ViewCase::ALL {
+        let sizes: &[usize] = match case {
+            ViewCase::TransposeAdd => &[36 * 36, 100 * 100, 256 * 256, 1024 * 1024],
+            ViewCase::Cat => &[2 * 1001, 1 << 12, 2 * 65_538, 1 << 17, 1 << 20],
+        };
+        for &numel in sizes {
+            let host = view_host_inputs(case, numel);
+            check_view(case, &host, &view_inputs(case, numel, &host))?;
+        }
+    }
+    Ok(())
+}
+
+/// The views section. False on a failure.
+fn views() -> bool {
+    // The way a user runs: the process-wide default device, for every case and size, one after another.
+    let dev = Device::default();
+    let raw = open_raw(&dev);
+    let cpu = raw.info.device_type == wgpu::DeviceType::Cpu;
+    let log2s: Vec<u32> = match std::env::var("LAZOR_BENCH_VIEW_LOG2") {
+        Ok(v) => v.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
+        Err(_) => ViewCase::DEFAULT_LOG2.to_vec(),
+    };
+    let cfg = Config {
+        runs: env_num("LAZOR_BENCH_RUNS").unwrap_or(20).max(1) as usize,
+        budget: Duration::from_millis(env_num("LAZOR_BENCH_BUDGET_MS").unwrap_or(3000)),
+        sizes: Vec::new(),
+        batch: if cpu { 8 } else { 32 },
+    };
+    let batch = cfg.batch;
+
+    println!("\n## lazor views benchmark\n");
+    println!(
+        "- adapter: {} ({}, {:?}); driver: {} {}; max tensor bytes: {}; one device (`Device::default()`) for the \
+         whole section",
+        dev.adapter_name(),
+        dev.backend(),
+        raw.info.device_type,
+        raw.info.driver,
+        raw.info.driver_info,
+        dev.max_tensor_bytes()
+    );
+    println!(
+        "- median of up to {} runs after at least {WARMUP} warm-up runs and {} ms (a cell stops after {} ms once it \
+         has {MIN_RUNS}); view and plain alternate run by run; x{batch}/sync = {batch} realizes then one \
+         synchronize, per realize; 1/sync = realize then synchronize; GB/s = 10^9 bytes/s of the ideal kernel \
+         (transpose_add 12 bytes/element, cat 8, kernel copy 8)",
+        cfg.runs,
+        WARMUP_MIN.as_millis(),
+        cfg.budget.as_millis()
+    );
+    if let Err(e) = check_views_small().and_then(|()| raw.check()) {
+        eprintln!("bench: wrong results: {e}");
+        return false;
+    }
+    println!(
+        "- correctness: view and plain match the host within 1e-6 (relative) at small sizes (transpose_add 36^2, \
+         100^2, 256^2, 1024^2; cat 2002, 2^12, 131076, 2^17, 2^20) and in full at every timed size before timing; \
+         the raw kernels match at 2^12"
+    );
+
+    let mut results = Vec::new();
+    for case in ViewCase::ALL {
+        for &k in &log2s {
+            let Some(numel) = 1usize.checked_shl(k) else {
+                println!("- skipped {} at 2^{k}: too large", case.name());
+                continue;
+            };
+            if !case.valid(numel) {
+                println!("- skipped {} at 2^{k}: not a valid size (transpose_add needs a square)", case.name());
+                continue;
+            }
+            let bytes = numel as u64 * 4;
+            if bytes > dev.max_tensor_bytes() {
+                let label = case.size_label(numel);
+                let label = if label == format!("2^{k}") { label } else { format!("{label} (2^{k} elements)") };
+                println!(
+                    "- skipped {} at {label}: its {bytes}-byte tensors exceed this device's max_tensor_bytes ({})",
+                    case.name(),
+                    dev.max_tensor_bytes()
+                );
+                continue;
+            }
+            eprintln!("views: {} {}", case.name(), case.size_label(numel));
+            match run_view(&dev, &raw, &cfg, case, numel) {
+                Ok(r) => results.push(r),
+                Err(e) => {
+                    eprintln!("bench: wrong results: {e}");
+                    return false;
+                }
+            }
+        }
+    }
+
+    println!("\n### Views vs plain, device-resident\n");
+    println!(
+        "view / plain = plain time / view time (the view's bytes/s as a share of the plain twin's). kernel copy: a \
+         raw WGSL vec4 copy of as many elements on the same device.\n"
+    );
+    println!(
+        "| case | size | view | plain | view x{batch} ms | GB/s | plain x{batch} ms | GB/s | view / plain x{batch} | \
+         view 1/sync ms | GB/s | plain 1/sync ms | GB/s | view / plain 1/sync | kernel copy x{batch} GB/s | \
+         kernel copy 1/submit GB/s | dispatches view/plain | runs x{batch}; 1/sync |"
+    );
+    println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &results {
+        let bytes = r.numel as u64 * r.case.bytes_per_element();
+        let copy = r.numel as u64 * 8;
+        println!(
+            "| {} | {} | `{}` | `{}` | {} | {:.1} | {} | {:.1} | {:.0}% | {} | {:.1} | {} | {:.1} | {:.0}% | {:.1} | \
+             {:.1} | {}/{} | {}; {} |",
+            r.case.name(),
+            r.case.size_label(r.numel),
+            r.case.view_name(),
+            r.case.plain_name(),
+            ms(r.many[0].median),
+            gbs(bytes, r.many[0].median),
+            ms(r.many[1].median),
+            gbs(bytes, r.many[1].median),
+            100.0 * r.many[1].median.as_secs_f64() / r.many[0].median.as_secs_f64(),
+            ms(r.one[0].median),
+            gbs(bytes, r.one[0].median),
+            ms(r.one[1].median),
+            gbs(bytes, r.one[1].median),
+            100.0 * r.one[1].median.as_secs_f64() / r.one[0].median.as_secs_f64(),
+            gbs(copy, r.copy_kernel.many.median),
+            gbs(copy, r.copy_kernel.one.median),
+            r.counts[0].1,
+            r.counts[1].1,
+            r.many[0].runs,
+            r.one[0].runs
+        );
+    }
+    let transposes: Vec<&ViewResult> = results.iter().filter(|r| r.raw_transpose.is_some()).collect();
+    if !transposes.is_empty() {
+        println!("\n### transpose_add: lazor next to hand-written kernels, GB/s (12 bytes/element)\n");
+        println!(
+            "raw gather4: WGSL in the shape of lazor's vec4 kernel (4 outputs per thread, `a` by 4 scalar loads down a \
+             column, `b` and the output as vec4); raw tiled: a 32x32 tile of `a` through workgroup memory (32x8 \
+             threads, 4 outputs each), so every global access is coalesced. `1` = 1/sync (lazor) or 1/submit (raw).\n"
+        );
+        println!(
+            "| size | lazor view x{batch} | raw gather4 x{batch} | raw tiled x{batch} | lazor plain x{batch} | lazor view 1 \
+             | raw gather4 1 | raw tiled 1 | lazor view / raw gather4 x{batch} | lazor view / raw tiled x{batch} | raw \
+             tiled / lazor plain x{batch} |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for r in transposes {
+            let b = r.numel as u64 * 12;
+            let [g, t] = r.raw_transpose.expect("raw transpose");
+            let x = [r.many[0], g.many, t.many, r.many[1], r.one[0], g.one, t.one].map(|t| gbs(b, t.median));
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0}% | {:.0}% | {:.0}% |",
+                r.case.size_label(r.numel),
+                x[0],
+                x[1],
+                x[2],
+                x[3],
+                x[4],
+                x[5],
+                x[6],
+                100.0 * x[0] / x[1],
+                100.0 * x[0] / x[2],
+                100.0 * x[2] / x[3]
+            );
+        }
+    }
+    let odd: Vec<String> = results
+        .iter()
+        .filter(|r| r.counts.iter().any(|&c| c != (1, 1)))
+        .map(|r| format!("{} {}: {:?}", r.case.name(), r.case.size_label(r.numel), r.counts))
+        .collect();
+    if odd.is_empty() {
+        println!("\n- every realize above: 1 submit, 1 dispatch (as expected)");
+    } else {
+        println!("\n- UNEXPECTED (submits, dispatches) per realize, view then plain: {}", odd.join("; "));
+    }
+    true
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    const SECTIONS: [&str; 2] = ["elementwise", "views"];
+    if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] (default: both)");
+        return ExitCode::FAILURE;
+    }
+    let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
+    if wanted("elementwise") && !elementwise() {
+        return ExitCode::FAILURE;
+    }
+    if wanted("views") && !views() {
+        return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
 }
