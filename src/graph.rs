@@ -3,11 +3,12 @@
 //! Nothing here touches wgpu: a realized node names its buffer by a [`BufferKey`] that the runtime resolves.
 
 use crate::dtype::DType;
-use crate::op::{BinaryOp, UnaryOp};
+use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::shape::Shape;
 use crate::view::View;
 use slotmap::{new_key_type, SlotMap};
 use smallvec::SmallVec;
+use std::collections::HashMap;
 
 new_key_type! {
     /// A node of a device's graph.
@@ -33,6 +34,8 @@ pub enum Op {
     Cat(SmallVec<[NodeId; 4]>, usize),
     /// The input stored in its own row-major buffer (always materialized).
     Contiguous(NodeId),
+    /// The input folded along one axis, which the node keeps with extent 1.
+    Reduce(ReduceOp, NodeId, usize),
 }
 
 impl Op {
@@ -40,7 +43,7 @@ impl Op {
     pub fn inputs(&self) -> SmallVec<[NodeId; 4]> {
         match self {
             Op::Data(_) | Op::Const(_) | Op::Buffer => SmallVec::new(),
-            Op::Unary(_, a) | Op::View(_, a) | Op::Contiguous(a) => smallvec::smallvec![*a],
+            Op::Unary(_, a) | Op::View(_, a) | Op::Contiguous(a) | Op::Reduce(_, a, _) => smallvec::smallvec![*a],
             Op::Binary(_, a, b) => smallvec::smallvec![*a, *b],
             Op::Cat(parts, _) => parts.clone(),
         }
@@ -68,15 +71,32 @@ pub struct Node {
 #[derive(Default, Debug)]
 pub struct Graph {
     nodes: SlotMap<NodeId, Node>,
+    /// Live folds by what they fold: asking twice for the same reduction of the same node (a layer norm's mean and
+    /// its variance's mean) gets the same node, computed once.
+    folds: HashMap<(ReduceOp, NodeId, usize), NodeId>,
+    fold_keys: HashMap<NodeId, (ReduceOp, NodeId, usize)>,
 }
 
 impl Graph {
     /// Adds a node with one reference (the handle being created) and takes a reference on each input.
     pub fn add(&mut self, op: Op, shape: Shape, dtype: DType) -> NodeId {
+        let fold = match op {
+            Op::Reduce(r, x, axis) => Some((r, x, axis)),
+            _ => None,
+        };
+        if let Some(&id) = fold.as_ref().and_then(|key| self.folds.get(key)) {
+            self.nodes[id].refs += 1;
+            return id;
+        }
         for input in op.inputs() {
             self.nodes[input].refs += 1;
         }
-        self.nodes.insert(Node { op, shape, dtype, refs: 1, buffer: None })
+        let id = self.nodes.insert(Node { op, shape, dtype, refs: 1, buffer: None });
+        if let Some(key) = fold {
+            self.folds.insert(key, id);
+            self.fold_keys.insert(id, key);
+        }
+        id
     }
 
     /// The node `id`.
@@ -117,6 +137,9 @@ impl Graph {
             node.refs -= 1;
             if node.refs == 0 {
                 let node = self.nodes.remove(id).expect("node present");
+                if let Some(key) = self.fold_keys.remove(&id) {
+                    self.folds.remove(&key);
+                }
                 freed.extend(node.buffer);
                 stack.extend(node.op.inputs());
             }

@@ -4,14 +4,37 @@
 //! Sizes, strides, offsets and constants live in the kernel's parameter block; the instructions only index it, so
 //! the same structure at another size compiles to the same code.
 
-use crate::op::{BinaryOp, UnaryOp};
+use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::shape::Shape;
 
-/// What kind of kernel this is. Each kind has its own codegen template; reductions and matmul add variants.
+/// What kind of kernel this is. Each kind has its own codegen template; matmul will add a variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// One thread per element (or per 4 elements) of the iteration shape; any number of same-shaped outputs.
     Elementwise,
+    /// A fold along one axis of the iteration shape, with an elementwise prologue (what is folded) and epilogue
+    /// (what is computed from the folded value).
+    Reduce(Reduce),
+}
+
+/// How a reduce kernel folds. The kernel's `shape` is the folded domain; its outputs have that shape with the
+/// axis at extent 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reduce {
+    pub op: ReduceOp,
+    pub axis: usize,
+    /// Whether every axis after `axis` has extent 1 (the folded elements are adjacent): then a workgroup folds
+    /// each output, its threads striding along the axis and meeting in a tree. Otherwise each thread folds one
+    /// output, walking the axis, so neighbouring threads read neighbouring elements.
+    pub rows: bool,
+    /// Instructions `0..prologue` compute the element being folded, `value` holding it; the rest are the epilogue.
+    pub prologue: usize,
+    pub value: usize,
+    /// Parameter index of the number of chunks the axis is cut into (a workgroup or thread per chunk and output).
+    pub chunks_at: usize,
+    /// A first stage: each chunk's fold goes to `outputs[0]`, laid out as the domain with the axis at the number of
+    /// chunks, for a second kernel to fold; no epilogue.
+    pub partial: bool,
 }
 
 /// How a load reads 4 consecutive elements in a vectorized kernel (scalar kernels read one element either way).
@@ -75,6 +98,8 @@ pub enum Instr {
     Scalar(usize),
     Unary(UnaryOp, usize),
     Binary(BinaryOp, usize, usize),
+    /// In a reduce kernel's epilogue: the folded value.
+    Reduced,
     /// The part of a concatenation that the coordinate `axis` of frame `frame` falls in: the first part whose
     /// bound exceeds it.
     Cat {
@@ -117,6 +142,13 @@ pub struct Kernel {
 impl Kernel {
     /// Threads the kernel runs.
     pub fn threads(&self) -> usize {
+        if let Kind::Reduce(r) = self.kind {
+            let outputs = self.params[0] as usize;
+            let chunks = self.params[r.chunks_at] as usize;
+            let wg = crate::codegen::WORKGROUP_SIZE as usize;
+            let groups = if r.rows { outputs } else { outputs.div_ceil(wg) };
+            return groups * chunks * wg;
+        }
         if self.tiles.is_empty() {
             return self.shape.numel().div_ceil(self.width);
         }

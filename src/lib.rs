@@ -31,6 +31,7 @@ mod kernel;
 pub mod op;
 mod ops;
 mod realize;
+mod reductions;
 #[doc(hidden)]
 pub mod reference;
 mod schedule;

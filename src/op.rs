@@ -127,6 +127,52 @@ op_table! {
     }
 }
 
+/// Reductions along one axis. Each folds with an associative combine from its identity; the order of folding is
+/// fixed per backend (a tree), so results are deterministic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum; 0 over an empty axis.
+    Sum,
+    /// Product; 1 over an empty axis.
+    Prod,
+    /// NaN-propagating maximum; an empty axis is an error.
+    Max,
+    /// NaN-propagating minimum; an empty axis is an error.
+    Min,
+}
+
+impl ReduceOp {
+    /// The method name users call.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+        }
+    }
+
+    /// The value folding starts from.
+    pub fn identity(self) -> f32 {
+        match self {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Prod => 1.0,
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+        }
+    }
+
+    /// The binary op that folds two partial results.
+    pub fn combine(self) -> BinaryOp {
+        match self {
+            ReduceOp::Sum => BinaryOp::Add,
+            ReduceOp::Prod => BinaryOp::Mul,
+            ReduceOp::Max => BinaryOp::Max,
+            ReduceOp::Min => BinaryOp::Min,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

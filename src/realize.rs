@@ -65,7 +65,7 @@ impl Device {
                         Op::Data(values) => Data::Upload(values),
                         _ => unreachable!("uploads are data"),
                     },
-                    Source::Kernel => Data::Fresh,
+                    Source::Kernel | Source::Scratch => Data::Fresh,
                 },
             })
             .collect();
@@ -74,7 +74,7 @@ impl Device {
             .filter(|&s| match plan.slots[s].source {
                 Source::Upload => true,
                 Source::Kernel => plan.outputs.contains(&plan.slots[s].node),
-                Source::Existing(_) => false,
+                Source::Existing(_) | Source::Scratch => false,
             })
             .collect();
         let reads: Vec<Option<usize>> = read.iter().map(|&id| plan.slot_of(id)).collect();

@@ -2,7 +2,7 @@
 //! Rust. Tests check every backend against it.
 
 use crate::graph::{NodeId, Op};
-use crate::op::{BinaryOp, UnaryOp};
+use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::schedule::toposort::toposort;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
@@ -32,6 +32,28 @@ pub fn gather(values: &[f32], view: &View) -> Vec<f32> {
             values[at as usize]
         })
         .collect()
+}
+
+/// `values` (row-major, of `shape`) folded with `op` along `axis`, which the result keeps with extent 1. Sums and
+/// products accumulate in `f64`: the reference is the exact side of every tolerance.
+pub fn reduce(values: &[f32], shape: &Shape, op: ReduceOp, axis: usize) -> Vec<f32> {
+    let dims = shape.dims();
+    let n = dims[axis];
+    let inner: usize = dims[axis + 1..].iter().product();
+    let outer: usize = dims[..axis].iter().product();
+    let mut out = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |r: usize| values[(o * n + r) * inner + i];
+            let v = match op {
+                ReduceOp::Sum => (0..n).map(|r| at(r) as f64).sum::<f64>() as f32,
+                ReduceOp::Prod => (0..n).map(|r| at(r) as f64).product::<f64>() as f32,
+                ReduceOp::Max | ReduceOp::Min => (0..n).fold(op.identity(), |acc, r| op.combine().eval(acc, at(r))),
+            };
+            out.push(v);
+        }
+    }
+    out
 }
 
 /// `parts` (row-major, of `shapes`) joined along axis `dim`.
@@ -99,6 +121,7 @@ pub fn eval(tensors: &[&Tensor]) -> Vec<Vec<f32>> {
             }
             Op::View(view, a) => gather(&values[a], view),
             Op::Contiguous(a) => values[a].clone(),
+            Op::Reduce(op, a, axis) => reduce(&values[a], &graph.node(*a).shape, *op, *axis),
             Op::Cat(parts, dim) => {
                 let vals: Vec<&[f32]> = parts.iter().map(|p| values[p].as_slice()).collect();
                 let shapes: Vec<&Shape> = parts.iter().map(|p| &graph.node(*p).shape).collect();

@@ -26,10 +26,10 @@ const STEP: usize = WORKGROUP_SIZE as usize / TILE;
 /// Row pitch of a tile in workgroup memory: one more than its side, so reading a column hits 32 banks.
 const PITCH: usize = TILE + 1;
 
-struct Emitter<'a> {
-    k: &'a Kernel,
-    b: Builder,
-    out: String,
+pub(super) struct Emitter<'a> {
+    pub k: &'a Kernel,
+    pub b: Builder,
+    pub out: String,
     /// Cats by the index their parts' instructions start at.
     cat_starts: HashMap<usize, Vec<usize>>,
 }
@@ -48,7 +48,7 @@ impl Emitter<'_> {
         format!("c{axis}")
     }
 
-    fn line(&mut self, depth: usize, text: &str) {
+    pub fn line(&mut self, depth: usize, text: &str) {
         for _ in 0..depth {
             self.out.push_str("    ");
         }
@@ -93,6 +93,7 @@ impl Emitter<'_> {
             Instr::Unary(op, a) => self.b.unary(*op, &format!("t{a}")),
             Instr::Binary(op, a, b) => self.b.binary(*op, &format!("t{a}"), &format!("t{b}")),
             Instr::Cat { .. } => return self.cat(n, depth),
+            Instr::Reduced => "folded".to_string(),
         };
         self.line(depth, &format!("let t{n} = {rhs};"));
     }
@@ -123,7 +124,7 @@ impl Emitter<'_> {
     }
 
     /// Emits instructions `lo..hi`, each concatenation with its parts nested in its branches.
-    fn range(&mut self, r: std::ops::Range<usize>, depth: usize) {
+    pub fn range(&mut self, r: std::ops::Range<usize>, depth: usize) {
         let mut i = r.start;
         while i < r.end {
             let cat = self.cat_starts.get(&i).and_then(|qs| qs.iter().copied().filter(|&q| q < r.end).max());
@@ -141,23 +142,30 @@ impl Emitter<'_> {
     }
 }
 
-/// The WGSL source of an elementwise kernel. Bindings: 0 parameters, then outputs, then inputs.
-pub(super) fn generate(k: &Kernel) -> String {
-    let mut b = Builder::new(k.width);
-    b.params(k.params.len());
-    for o in 0..k.outputs.len() {
-        b.buffer(1 + o, &format!("o{o}"), k.width == 4, true);
-    }
-    for (i, &(_, vector)) in k.inputs.iter().enumerate() {
-        b.buffer(1 + k.outputs.len() + i, &format!("i{i}"), vector, false);
-    }
-    let mut cat_starts: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (q, instr) in k.body.iter().enumerate() {
-        if let Instr::Cat { parts, .. } = instr {
-            cat_starts.entry(parts.first().map_or(q, |p| p.body.start)).or_default().push(q);
+impl<'a> Emitter<'a> {
+    /// An emitter for `k`, its bindings declared: 0 parameters, then outputs, then inputs.
+    pub fn new(k: &'a Kernel) -> Emitter<'a> {
+        let mut b = Builder::new(k.width);
+        b.params(k.params.len());
+        for o in 0..k.outputs.len() {
+            b.buffer(1 + o, &format!("o{o}"), k.width == 4, true);
         }
+        for (i, &(_, vector)) in k.inputs.iter().enumerate() {
+            b.buffer(1 + k.outputs.len() + i, &format!("i{i}"), vector, false);
+        }
+        let mut cat_starts: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (q, instr) in k.body.iter().enumerate() {
+            if let Instr::Cat { parts, .. } = instr {
+                cat_starts.entry(parts.first().map_or(q, |p| p.body.start)).or_default().push(q);
+            }
+        }
+        Emitter { k, b, out: String::with_capacity(512 + 64 * k.body.len()), cat_starts }
     }
-    let mut e = Emitter { k, b, out: String::with_capacity(512 + 64 * k.body.len()), cat_starts };
+}
+
+/// The WGSL source of an elementwise kernel.
+pub(super) fn generate(k: &Kernel) -> String {
+    let mut e = Emitter::new(k);
     if k.tiles.is_empty() {
         linear_main(&mut e);
     } else {

@@ -6,6 +6,7 @@
 //! pipeline cache key.
 
 mod elementwise;
+mod reduce;
 
 use crate::kernel::{Kernel, Kind};
 use crate::op::{BinaryOp, Helper, UnaryOp};
@@ -156,6 +157,7 @@ impl Builder {
 pub fn generate(kernel: &Kernel) -> String {
     match kernel.kind {
         Kind::Elementwise => elementwise::generate(kernel),
+        Kind::Reduce(_) => reduce::generate(kernel),
     }
 }
 

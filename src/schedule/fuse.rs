@@ -33,6 +33,8 @@ pub struct Options {
 /// A group of materialized nodes: one future kernel.
 pub(super) struct Group {
     pub shape: Shape,
+    /// The reduce node a reduce group starts with; the other members are its epilogue.
+    pub reduce: Option<NodeId>,
     pub members: Vec<NodeId>,
     /// Buffers the group reads (leaves and other groups' members).
     pub inputs: LeafSet,
@@ -64,6 +66,11 @@ impl Fusion {
     }
 }
 
+/// The extents other than 1: shapes equal under this read the same elements in the same order.
+fn squeezed(shape: &Shape) -> SmallVec<[usize; 4]> {
+    shape.dims().iter().copied().filter(|&d| d != 1).collect()
+}
+
 fn add(set: &mut LeafSet, id: NodeId) {
     if !set.contains(&id) {
         set.push(id);
@@ -83,7 +90,7 @@ pub(super) fn materialize(
         let node = graph.node(id);
         let wants = match node.op {
             Op::Unary(..) | Op::Binary(..) => !opts.fuse || outputs.contains(&id),
-            Op::Contiguous(_) => true,
+            Op::Contiguous(_) | Op::Reduce(..) => true,
             Op::Const(_) | Op::View(..) | Op::Cat(..) => outputs.contains(&id),
             Op::Data(_) | Op::Buffer => false,
         };
@@ -103,7 +110,7 @@ pub(super) fn materialize(
         loop {
             // Views and copies compute nothing; a concatenation costs a comparison per part.
             let own_ops = match node.op {
-                Op::Unary(..) | Op::Binary(..) => 1,
+                Op::Unary(..) | Op::Binary(..) | Op::Reduce(..) => 1,
                 Op::Cat(ref parts, _) => parts.len(),
                 _ => 0,
             };
@@ -112,7 +119,7 @@ pub(super) fn materialize(
                 // Read at the node's own index only when the input has the node's shape and is not viewed.
                 let own_index = match &node.op {
                     Op::View(v, _) => v.is_contiguous(),
-                    Op::Cat(..) => false,
+                    Op::Cat(..) | Op::Reduce(..) => false,
                     _ => graph.node(i).shape == node.shape,
                 };
                 if fusion.is_buffer(graph, i) {
@@ -172,9 +179,11 @@ pub(super) fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Opt
     let mut group_of: HashMap<NodeId, usize> = HashMap::new();
     for &id in order.iter().filter(|id| fusion.materialized.contains(id)) {
         let shape = &graph.node(id).shape;
+        let is_reduce = matches!(graph.node(id).op, Op::Reduce(..));
         let Inlined { leaves: deps, strided, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
-            if grp.shape != *shape {
+            // A fold starts its own kernel; its epilogue takes only members that read the fold.
+            if is_reduce || squeezed(&grp.shape) != squeezed(shape) || grp.reduce.is_some_and(|r| !deps.contains(&r)) {
                 return false;
             }
             // Every materialized dependency must come from an earlier kernel, or from this one when it is read at
@@ -199,7 +208,8 @@ pub(super) fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Opt
             None
         };
         let g = target.unwrap_or_else(|| {
-            groups.push(Group { shape: shape.clone(), members: Vec::new(), inputs: LeafSet::new(), ops: 0 });
+            let reduce = is_reduce.then_some(id);
+            groups.push(Group { shape: shape.clone(), reduce, members: Vec::new(), inputs: LeafSet::new(), ops: 0 });
             groups.len() - 1
         });
         for d in deps.iter().filter(|d| group_of.get(d) != Some(&g)) {

@@ -13,6 +13,7 @@
 use super::fuse::{Fusion, Group};
 use crate::graph::{Graph, NodeId, Op};
 use crate::kernel::{Access, CatPart, Frame, Instr, Kernel, Kind, ViewRef, TILE};
+use crate::shape::Shape;
 use crate::view::{contiguous_strides, View};
 use std::collections::{HashMap, HashSet};
 
@@ -30,19 +31,71 @@ struct Mapping {
     frame: usize,
 }
 
-struct Lowerer<'a> {
+pub(super) struct Lowerer<'a> {
     graph: &'a Graph,
     fusion: &'a Fusion,
     members: HashSet<NodeId>,
-    k: Kernel,
-    /// Input nodes, in binding order.
-    input_nodes: Vec<NodeId>,
+    pub k: Kernel,
+    /// The shape the kernel's own coordinates range over while lowering (a reduce kernel's prologue folds over its
+    /// input's shape, its epilogue runs over the output's).
+    domain: Shape,
+    /// A reduce kernel's reduce node: its value in the epilogue is the fold.
+    reduced: Option<NodeId>,
+    /// Names a node's buffer in the plan.
+    slot: &'a mut dyn FnMut(NodeId) -> usize,
     cache: HashMap<(NodeId, Mapping), usize>,
     views: HashMap<(View, usize), usize>,
 }
 
-impl Lowerer<'_> {
-    fn param(&mut self, word: u32) -> usize {
+impl<'a> Lowerer<'a> {
+    pub fn new(
+        graph: &'a Graph,
+        fusion: &'a Fusion,
+        members: &[NodeId],
+        k: Kernel,
+        slot: &'a mut dyn FnMut(NodeId) -> usize,
+    ) -> Self {
+        Lowerer {
+            graph,
+            fusion,
+            members: members.iter().copied().collect(),
+            domain: k.shape.clone(),
+            k,
+            reduced: None,
+            slot,
+            cache: HashMap::new(),
+            views: HashMap::new(),
+        }
+    }
+
+    /// Evaluates `id` at every element of `domain`, which has as many elements as `id`: the identity when the
+    /// shapes match, a reshape that only adds or drops extent-1 axes otherwise.
+    pub fn root(&mut self, id: NodeId, domain: &Shape) -> Result<usize, NodeId> {
+        self.value(id, &Mapping { view: View::contiguous(domain), frame: 0 }, None)
+    }
+
+    /// Starts lowering over another domain (a reduce kernel's epilogue): values computed so far stay in the body
+    /// but are not reused.
+    pub fn set_domain(&mut self, domain: &Shape, reduced: Option<NodeId>) {
+        self.domain = domain.clone();
+        self.reduced = reduced;
+        self.cache.clear();
+    }
+
+    /// The slot of a node's buffer, as an input of the kernel.
+    pub fn input(&mut self, slot: usize) -> usize {
+        self.k.inputs.iter().position(|i| i.0 == slot).unwrap_or_else(|| {
+            self.k.inputs.push((slot, false));
+            self.k.inputs.len() - 1
+        })
+    }
+
+    /// The slot of a node's buffer.
+    pub fn slot(&mut self, id: NodeId) -> usize {
+        (self.slot)(id)
+    }
+
+    pub fn param(&mut self, word: u32) -> usize {
         self.k.params.push(word);
         self.k.params.len() - 1
     }
@@ -52,11 +105,11 @@ impl Lowerer<'_> {
     }
 
     fn is_identity(&self, m: &Mapping) -> bool {
-        m.frame == 0 && m.view.shape == self.k.shape && m.view.is_contiguous()
+        m.frame == 0 && m.view.shape == self.domain && m.view.is_contiguous()
     }
 
     /// The kernel's extents, in the parameters once, the first time any coordinate is needed.
-    fn need_coords(&mut self) {
+    pub fn need_coords(&mut self) {
         if self.k.dims_at.is_none() {
             let at = self.k.params.len();
             let dims: Vec<u32> = self.k.shape.dims().iter().map(|&d| d as u32).collect();
@@ -65,16 +118,14 @@ impl Lowerer<'_> {
         }
     }
 
-    fn push(&mut self, instr: Instr) -> usize {
+    pub fn push(&mut self, instr: Instr) -> usize {
         self.k.body.push(instr);
         self.k.body.len() - 1
     }
 
     fn load(&mut self, id: NodeId, m: &Mapping) -> usize {
-        let input = self.input_nodes.iter().position(|&i| i == id).unwrap_or_else(|| {
-            self.input_nodes.push(id);
-            self.input_nodes.len() - 1
-        });
+        let slot = self.slot(id);
+        let input = self.input(slot);
         if self.is_identity(m) {
             return self.push(Instr::Load { input, view: None, access: Access::Own });
         }
@@ -105,7 +156,9 @@ impl Lowerer<'_> {
         let fail = anchor.unwrap_or(id);
         let node = self.graph.node(id);
         let computed_here = self.members.contains(&id) && self.is_identity(m);
-        let v = if !computed_here && self.fusion.is_buffer(self.graph, id) {
+        let v = if computed_here && self.reduced == Some(id) {
+            self.push(Instr::Reduced)
+        } else if !computed_here && self.fusion.is_buffer(self.graph, id) {
             self.load(id, m)
         } else {
             match &node.op {
@@ -139,7 +192,7 @@ impl Lowerer<'_> {
                 }
                 Op::Contiguous(src) => self.value(*src, m, anchor)?,
                 Op::Cat(parts, dim) => self.cat(id, parts, *dim, m, fail)?,
-                Op::Data(_) | Op::Buffer => unreachable!("leaves are loads"),
+                Op::Data(_) | Op::Buffer | Op::Reduce(..) => unreachable!("leaves and folds are loads"),
             }
         };
         self.cache.insert(key, v);
@@ -154,7 +207,7 @@ impl Lowerer<'_> {
             (0..coords.axes.len()).filter(|&d| matches!(coords.axes[d], Some((j, _)) if j == dim)).collect();
         // The view of part `p` (starting at `start` along `dim`) from the same coordinates, its origin along `dim`
         // set to `along`.
-        let part_view = |p: NodeId, along: isize, domain: &crate::shape::Shape| -> View {
+        let part_view = |p: NodeId, along: isize, domain: &Shape| -> View {
             let cs = contiguous_strides(&self.graph.node(p).shape);
             let mut offset = 0;
             for (j, &o) in coords.origin.iter().enumerate() {
@@ -241,8 +294,8 @@ impl Lowerer<'_> {
     }
 
     /// Picks 4 elements per thread where every access allows it, and how each load then reads its 4.
-    fn vectorize(&mut self) {
-        if self.tile() {
+    pub fn vectorize(&mut self) {
+        if self.k.kind != Kind::Elementwise || self.tile() {
             return;
         }
         let k = &mut self.k;
@@ -308,8 +361,25 @@ impl Lowerer<'_> {
     }
 }
 
-/// Lowers one group to a kernel. `written` says which members leave the kernel; `slot` names a node's buffer in
-/// the plan. Fails with a node that must be materialized first.
+/// An empty kernel of `kind` over `shape`, its parameter block starting with `numel`.
+pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
+    Kernel {
+        kind,
+        shape: shape.clone(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        body: Vec::new(),
+        frames: Vec::new(),
+        params: vec![numel as u32],
+        dims_at: None,
+        width: 1,
+        tiles: Vec::new(),
+        fused_ops: 0,
+    }
+}
+
+/// Lowers one elementwise group to a kernel. `written` says which members leave the kernel; `slot` names a
+/// node's buffer in the plan. Fails with a node that must be materialized first.
 pub(super) fn lower(
     graph: &Graph,
     fusion: &Fusion,
@@ -317,35 +387,15 @@ pub(super) fn lower(
     written: &dyn Fn(NodeId) -> bool,
     slot: &mut dyn FnMut(NodeId) -> usize,
 ) -> Result<Kernel, NodeId> {
-    let mut l = Lowerer {
-        graph,
-        fusion,
-        members: grp.members.iter().copied().collect(),
-        k: Kernel {
-            kind: Kind::Elementwise,
-            shape: grp.shape.clone(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            body: Vec::new(),
-            frames: Vec::new(),
-            params: vec![grp.shape.numel() as u32],
-            dims_at: None,
-            width: 1,
-            tiles: Vec::new(),
-            fused_ops: 0,
-        },
-        input_nodes: Vec::new(),
-        cache: HashMap::new(),
-        views: HashMap::new(),
-    };
-    let identity = Mapping { view: View::contiguous(&grp.shape), frame: 0 };
+    let k = kernel(Kind::Elementwise, &grp.shape, grp.shape.numel());
+    let mut l = Lowerer::new(graph, fusion, &grp.members, k, slot);
     for &member in &grp.members {
-        let v = l.value(member, &identity, None)?;
+        let v = l.root(member, &grp.shape)?;
         if written(member) {
-            l.k.outputs.push((slot(member), v));
+            let s = l.slot(member);
+            l.k.outputs.push((s, v));
         }
     }
-    l.k.inputs = l.input_nodes.iter().map(|&id| (slot(id), false)).collect();
     l.vectorize();
     Ok(l.k)
 }

@@ -3,6 +3,7 @@
 
 mod fuse;
 mod lower;
+mod reduce;
 pub mod toposort;
 
 pub use fuse::Options;
@@ -20,6 +21,9 @@ pub enum Source {
     Upload,
     /// Written by a kernel of this plan.
     Kernel,
+    /// Written and read by kernels of this plan and no node's value (partial folds); `node` is the node it helps
+    /// compute.
+    Scratch,
 }
 
 /// One buffer of a plan: the node whose value it holds, its size and where the value comes from.
@@ -51,7 +55,7 @@ pub struct Plan {
 impl Plan {
     /// The slot holding `node`'s value, if the plan has one.
     pub fn slot_of(&self, node: NodeId) -> Option<usize> {
-        self.slots.iter().position(|s| s.node == node)
+        self.slots.iter().position(|s| s.node == node && s.source != Source::Scratch)
     }
 }
 
@@ -63,6 +67,11 @@ struct Slots<'a> {
 }
 
 impl Slots<'_> {
+    fn scratch(&mut self, node: NodeId, bytes: u64) -> usize {
+        self.slots.push(Slot { node, bytes, source: Source::Scratch });
+        self.slots.len() - 1
+    }
+
     fn get(&mut self, id: NodeId) -> usize {
         if let Some(&s) = self.of.get(&id) {
             return s;
@@ -102,8 +111,28 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
         let read_elsewhere: HashSet<NodeId> = groups.iter().flat_map(|g| g.inputs.iter().copied()).collect();
         let written = |id: NodeId| seen.contains(&id) || read_elsewhere.contains(&id);
         let mut slots = Slots { graph, slots: Vec::new(), of: HashMap::new() };
-        let lowered: Result<Vec<Kernel>, NodeId> =
-            groups.iter().map(|g| lower::lower(graph, &fusion, g, &written, &mut |id| slots.get(id))).collect();
+        let mut lower_all = || -> Result<Vec<Kernel>, NodeId> {
+            let mut kernels = Vec::with_capacity(groups.len());
+            for g in &groups {
+                match g.reduce {
+                    None => kernels.push(lower::lower(graph, &fusion, g, &written, &mut |id| slots.get(id))?),
+                    Some(r) => {
+                        // Both closures name slots: a cell lets them share the table.
+                        let cell = std::cell::RefCell::new(&mut slots);
+                        kernels.extend(reduce::lower(
+                            graph,
+                            &fusion,
+                            g,
+                            &written,
+                            &mut |id| cell.borrow_mut().get(id),
+                            &mut |bytes| cell.borrow_mut().scratch(r, bytes),
+                        )?);
+                    }
+                }
+            }
+            Ok(kernels)
+        };
+        let lowered = lower_all();
         match lowered {
             Ok(kernels) => break (kernels, slots, fusion),
             Err(id) => assert!(forced.insert(id), "lazor: scheduler asked twice to store node {id:?}"),
@@ -136,8 +165,9 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     for (k, kernel) in kernels.iter().enumerate() {
         let touched = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
         for s in touched {
-            let id = slots.slots[s].node;
-            if fusion.materialized.contains(&id) && !seen.contains(&id) {
+            let slot = &slots.slots[s];
+            let intermediate = fusion.materialized.contains(&slot.node) && !seen.contains(&slot.node);
+            if intermediate || slot.source == Source::Scratch {
                 last_use.insert(s, k);
             }
         }

@@ -1,0 +1,113 @@
+//! WGSL for reduce kernels: each output's fold over a chunk of the axis, the prologue evaluated per element, then
+//! either the epilogue per output or, in a first stage, the chunk's partial fold.
+//!
+//! Rows (the folded elements adjacent): a workgroup per (output, chunk); threads stride along the axis, each folding
+//! its elements in order, then meet in a tree in workgroup memory. Columns: a thread per (output, chunk) folds its
+//! elements in order while its neighbours fold the neighbouring outputs, so loads stay coalesced. Either way the
+//! order is fixed by the sizes alone: the same input gives the same bits on every run.
+
+use super::elementwise::Emitter;
+use super::WORKGROUP_SIZE;
+use crate::kernel::{Kernel, Kind};
+use std::fmt::Write;
+
+/// The WGSL source of a reduce kernel.
+pub(super) fn generate(k: &Kernel) -> String {
+    let Kind::Reduce(r) = k.kind else { unreachable!("a reduce kernel") };
+    let mut e = Emitter::new(k);
+    let rank = k.shape.ndim();
+    let at = k.dims_at.expect("reduce kernels have coordinates");
+    let dim = |d: usize| format!("p[{}]", at + d);
+    let combine = |e: &mut Emitter, a: &str, b: &str| e.b.binary(r.op.combine(), a, b);
+    let identity = format!("bitcast<f32>({}u)", r.op.identity().to_bits());
+    let wg = WORKGROUP_SIZE;
+    if r.rows {
+        let _ = writeln!(e.out, "var<workgroup> red: array<f32, {wg}>;");
+    }
+    let _ = write!(
+        e.out,
+        "@compute @workgroup_size({wg})\n\
+         fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, \
+         @builtin(num_workgroups) nwg: vec3<u32>) {{\n"
+    );
+    e.line(1, "let w = wid.x + wid.y * nwg.x;");
+    e.line(1, &format!("let chunks = p[{}];", r.chunks_at));
+    if r.rows {
+        // Uniform per workgroup: the barriers below stay in uniform control flow.
+        e.line(1, "if (w >= p[0] * chunks) { return; }");
+        e.line(1, "let o = w / chunks;");
+        e.line(1, "let j = w % chunks;");
+    } else {
+        e.line(1, &format!("let groups = (p[0] + {}u) / {wg}u;", wg - 1));
+        e.line(1, "if (w >= groups * chunks) { return; }");
+        e.line(1, &format!("let o = (w % groups) * {wg}u + lid.x;"));
+        e.line(1, "let j = w / groups;");
+        e.line(1, "if (o >= p[0]) { return; }");
+    }
+    // The output's coordinates: every axis but the folded one, innermost first.
+    e.line(1, "var q = o;");
+    for d in (0..rank).rev().filter(|&d| d != r.axis) {
+        e.line(1, &format!("let c{d} = i32(q % {});", dim(d)));
+        e.line(1, &format!("q = q / {};", dim(d)));
+    }
+    e.line(1, &format!("let n = {};", dim(r.axis)));
+    e.line(1, "let len = (n + chunks - 1u) / chunks;");
+    e.line(1, "let lo = j * len;");
+    e.line(1, "let hi = min(n, lo + len);");
+    e.line(1, &format!("var acc = {identity};"));
+    if r.rows {
+        e.line(1, &format!("for (var r = lo + lid.x; r < hi; r = r + {wg}u) {{"));
+    } else {
+        e.line(1, "for (var r = lo; r < hi; r = r + 1u) {");
+    }
+    e.line(2, &format!("let c{} = i32(r);", r.axis));
+    // The element's row-major index in the folded shape, for loads at the kernel's own index.
+    e.line(2, &format!("let i = {};", row_major(rank, &dim, |d| format!("u32(c{d})"))));
+    e.range(0..r.prologue, 2);
+    let folded = combine(&mut e, "acc", &format!("t{}", r.value));
+    e.line(2, &format!("acc = {folded};"));
+    e.line(1, "}");
+    if r.rows {
+        e.line(1, "red[lid.x] = acc;");
+        e.line(1, "workgroupBarrier();");
+        e.line(1, &format!("for (var s = {}u; s > 0u; s = s >> 1u) {{", wg / 2));
+        let pair = combine(&mut e, "red[lid.x]", "red[lid.x + s]");
+        e.line(2, &format!("if (lid.x < s) {{ red[lid.x] = {pair}; }}"));
+        e.line(2, "workgroupBarrier();");
+        e.line(1, "}");
+        e.line(1, "if (lid.x != 0u) { return; }");
+        e.line(1, "let folded = red[0];");
+    } else {
+        e.line(1, "let folded = acc;");
+    }
+    if r.partial {
+        // The chunk's fold, at the output's coordinates with the axis at the chunk.
+        let ix = row_major(rank, &|d| if d == r.axis { "chunks".into() } else { dim(d) }, |d| {
+            if d == r.axis {
+                "j".into()
+            } else {
+                format!("u32(c{d})")
+            }
+        });
+        e.line(1, &format!("o0[{ix}] = folded;"));
+    } else {
+        e.line(1, &format!("let c{} = 0;", r.axis));
+        e.line(1, "let i = o;");
+        e.range(r.prologue..k.body.len(), 1);
+        for (n, &(_, value)) in k.outputs.iter().enumerate() {
+            e.line(1, &format!("o{n}[o] = t{value};"));
+        }
+    }
+    e.out.push_str("}\n");
+    let Emitter { b, out, .. } = e;
+    b.finish(&out)
+}
+
+/// The row-major index of coordinates `coord(d)` in a shape of extents `extent(d)`, as a `u32` expression.
+fn row_major(rank: usize, extent: &dyn Fn(usize) -> String, coord: impl Fn(usize) -> String) -> String {
+    let mut ix = "0u".to_string();
+    for d in 0..rank {
+        ix = format!("({ix}) * {} + {}", extent(d), coord(d));
+    }
+    ix
+}

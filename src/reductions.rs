@@ -1,0 +1,309 @@
+//! The reduction API: sum, mean, max, min, prod along an axis or over everything; var, softmax, log_softmax and
+//! logsumexp built from them. Each is one reduce node (keeping the axis with extent 1) plus views and elementwise
+//! ops, which fuse into the reduce kernel or into its consumers.
+
+use crate::dim::Dim;
+use crate::error::{Error, Result};
+use crate::graph::Op;
+use crate::op::ReduceOp;
+use crate::shape::Shape;
+use crate::tensor::Tensor;
+
+#[track_caller]
+fn ok(r: Result<Tensor>) -> Tensor {
+    match r {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+impl Tensor {
+    /// The axis `dim` names, and its extent.
+    fn reduce_axis(&self, op: &'static str, dim: impl Dim) -> Result<(usize, usize)> {
+        let d = dim.resolve(self.ndim()).ok_or_else(|| Error::BadArgument {
+            op,
+            message: format!("dim {dim} is out of range for {} axes", self.ndim()),
+            shape: self.shape.clone(),
+        })?;
+        Ok((d, self.shape.dims()[d]))
+    }
+
+    /// `op` folded along `dim`, the axis kept with extent 1 (`keep`) or dropped.
+    fn try_fold(&self, op: ReduceOp, dim: impl Dim, keep: bool) -> Result<Tensor> {
+        let (d, n) = self.reduce_axis(op.name(), dim)?;
+        if n == 0 && matches!(op, ReduceOp::Max | ReduceOp::Min) {
+            return Err(Error::BadArgument {
+                op: op.name(),
+                message: format!("axis {d} is empty, and an empty axis has no {}imum", op.name()),
+                shape: self.shape.clone(),
+            });
+        }
+        let mut dims = self.shape.dims().to_vec();
+        dims[d] = 1;
+        let r = Tensor::from_op(&self.device, Op::Reduce(op, self.id, d), Shape::from(dims));
+        Ok(if keep { r } else { r.squeeze(d) })
+    }
+
+    /// The mean along `dim`: the sum times `1 / n` (NaN over an empty axis).
+    fn try_mean_of(&self, dim: impl Dim, keep: bool) -> Result<Tensor> {
+        let (d, n) = self.reduce_axis("mean", dim)?;
+        let m = self.try_fold(ReduceOp::Sum, d, true)? * (1.0 / n as f32);
+        Ok(if keep { m } else { m.squeeze(d) })
+    }
+
+    /// The population variance along `dim` (dividing by `n`).
+    fn try_var_of(&self, dim: impl Dim, keep: bool) -> Result<Tensor> {
+        let (d, _) = self.reduce_axis("var", dim)?;
+        let centered = self - &self.try_mean_of(d, true)?;
+        centered.square().try_mean_of(d, keep)
+    }
+
+    /// The tensor as one axis, folded with `op` into shape `[]`.
+    fn try_fold_all(&self, op: ReduceOp) -> Result<Tensor> {
+        Ok(self.flatten().try_fold(op, 0, true)?.reshape(Shape::default()))
+    }
+}
+
+/// Generates each reduction's four forms: axis dropped or kept, panicking or fallible.
+macro_rules! reductions {
+    ($($(#[$doc:meta])* $op:ident: $name:ident $keep:ident $try_name:ident $try_keep:ident;)*) => {$(
+        impl Tensor {
+            $(#[$doc])*
+            ///
+            /// # Panics
+            /// If `dim` is out of range, or for `max`/`min` if the axis is empty.
+            #[track_caller]
+            pub fn $name(&self, dim: impl Dim) -> Tensor {
+                ok(self.try_fold(ReduceOp::$op, dim, false))
+            }
+
+            /// As the method without `_keepdim`, keeping the axis with extent 1, ready to broadcast back.
+            ///
+            /// # Panics
+            /// If `dim` is out of range, or for `max`/`min` if the axis is empty.
+            #[track_caller]
+            pub fn $keep(&self, dim: impl Dim) -> Tensor {
+                ok(self.try_fold(ReduceOp::$op, dim, true))
+            }
+
+            /// The fallible twin of the method without `try_`.
+            ///
+            /// # Errors
+            /// [`Error::BadArgument`] if `dim` is out of range, or for `max`/`min` if the axis is empty.
+            pub fn $try_name(&self, dim: impl Dim) -> Result<Tensor> {
+                self.try_fold(ReduceOp::$op, dim, false)
+            }
+
+            /// The fallible twin of the `_keepdim` method.
+            ///
+            /// # Errors
+            /// [`Error::BadArgument`] if `dim` is out of range, or for `max`/`min` if the axis is empty.
+            pub fn $try_keep(&self, dim: impl Dim) -> Result<Tensor> {
+                self.try_fold(ReduceOp::$op, dim, true)
+            }
+        }
+    )*};
+}
+
+reductions! {
+    /// The sum along `dim` (0 over an empty axis; NaN if any element is NaN), axis dropped. Accumulates in `f32`
+    /// in a fixed tree order: deterministic on one adapter.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let x = lazor::Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], [2, 2]);
+    /// assert_eq!(x.sum(-1).to_vec(), vec![3.0, 7.0]);
+    /// ```
+    Sum: sum sum_keepdim try_sum try_sum_keepdim;
+    /// The product along `dim` (1 over an empty axis), axis dropped.
+    Prod: prod prod_keepdim try_prod try_prod_keepdim;
+    /// The maximum along `dim`, NaN if any element is NaN, axis dropped.
+    Max: max max_keepdim try_max try_max_keepdim;
+    /// The minimum along `dim`, NaN if any element is NaN, axis dropped.
+    Min: min min_keepdim try_min try_min_keepdim;
+}
+
+impl Tensor {
+    /// The mean along `dim` (NaN over an empty axis), axis dropped: one reduction, the division fused after it.
+    ///
+    /// # Panics
+    /// If `dim` is out of range; [`Tensor::try_mean`] returns the error instead.
+    #[track_caller]
+    pub fn mean(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_mean_of(dim, false))
+    }
+
+    /// [`Tensor::mean`] keeping the axis with extent 1.
+    ///
+    /// # Panics
+    /// If `dim` is out of range.
+    #[track_caller]
+    pub fn mean_keepdim(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_mean_of(dim, true))
+    }
+
+    /// [`Tensor::mean`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range.
+    pub fn try_mean(&self, dim: impl Dim) -> Result<Tensor> {
+        self.try_mean_of(dim, false)
+    }
+
+    /// [`Tensor::mean_keepdim`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range.
+    pub fn try_mean_keepdim(&self, dim: impl Dim) -> Result<Tensor> {
+        self.try_mean_of(dim, true)
+    }
+
+    /// The variance along `dim`, dividing by `n` (NumPy's default, `ddof = 0`; NaN over an empty axis), axis
+    /// dropped.
+    ///
+    /// # Panics
+    /// If `dim` is out of range; [`Tensor::try_var`] returns the error instead.
+    #[track_caller]
+    pub fn var(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_var_of(dim, false))
+    }
+
+    /// [`Tensor::var`] (dividing by `n`) keeping the axis with extent 1.
+    ///
+    /// # Panics
+    /// If `dim` is out of range.
+    #[track_caller]
+    pub fn var_keepdim(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_var_of(dim, true))
+    }
+
+    /// [`Tensor::var`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range.
+    pub fn try_var(&self, dim: impl Dim) -> Result<Tensor> {
+        self.try_var_of(dim, false)
+    }
+
+    /// [`Tensor::var_keepdim`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range.
+    pub fn try_var_keepdim(&self, dim: impl Dim) -> Result<Tensor> {
+        self.try_var_of(dim, true)
+    }
+
+    /// The sum of every element, shape `[]` (read it with [`Tensor::to_scalar`]).
+    pub fn sum_all(&self) -> Tensor {
+        ok(self.try_fold_all(ReduceOp::Sum))
+    }
+
+    /// The mean of every element, shape `[]` (NaN for an empty tensor).
+    pub fn mean_all(&self) -> Tensor {
+        self.sum_all() * (1.0 / self.numel() as f32)
+    }
+
+    /// The maximum of every element, shape `[]`, NaN if any is NaN.
+    ///
+    /// # Panics
+    /// If the tensor is empty; [`Tensor::try_max_all`] returns the error instead.
+    #[track_caller]
+    pub fn max_all(&self) -> Tensor {
+        ok(self.try_fold_all(ReduceOp::Max))
+    }
+
+    /// The minimum of every element, shape `[]`, NaN if any is NaN.
+    ///
+    /// # Panics
+    /// If the tensor is empty; [`Tensor::try_min_all`] returns the error instead.
+    #[track_caller]
+    pub fn min_all(&self) -> Tensor {
+        ok(self.try_fold_all(ReduceOp::Min))
+    }
+
+    /// [`Tensor::max_all`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if the tensor is empty.
+    pub fn try_max_all(&self) -> Result<Tensor> {
+        self.try_fold_all(ReduceOp::Max)
+    }
+
+    /// [`Tensor::min_all`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if the tensor is empty.
+    pub fn try_min_all(&self) -> Result<Tensor> {
+        self.try_fold_all(ReduceOp::Min)
+    }
+
+    /// `exp(x) / sum(exp(x))` along `dim`, computed stably as `exp(x - max)` over its sum: two reductions and
+    /// one elementwise kernel. A row of `-inf` gives NaN, as in PyTorch.
+    ///
+    /// # Panics
+    /// If `dim` is out of range; [`Tensor::try_softmax`] returns the error instead.
+    #[track_caller]
+    pub fn softmax(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_softmax(dim))
+    }
+
+    /// [`Tensor::softmax`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range.
+    pub fn try_softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        let (d, n) = self.reduce_axis("softmax", dim)?;
+        if n == 0 {
+            return Ok(self.clone());
+        }
+        let e = (self - &self.try_fold(ReduceOp::Max, d, true)?).exp();
+        Ok(&e / &e.try_fold(ReduceOp::Sum, d, true)?)
+    }
+
+    /// `x - logsumexp(x)` along `dim`, computed stably (a row of `-inf` gives NaN, as in PyTorch).
+    ///
+    /// # Panics
+    /// If `dim` is out of range; [`Tensor::try_log_softmax`] returns the error instead.
+    #[track_caller]
+    pub fn log_softmax(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_log_softmax(dim))
+    }
+
+    /// [`Tensor::log_softmax`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range.
+    pub fn try_log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        let (d, n) = self.reduce_axis("log_softmax", dim)?;
+        if n == 0 {
+            return Ok(self.clone());
+        }
+        let shifted = self - &self.try_fold(ReduceOp::Max, d, true)?;
+        Ok(&shifted - &shifted.exp().try_fold(ReduceOp::Sum, d, true)?.ln())
+    }
+
+    /// `ln(sum(exp(x)))` along `dim`, axis dropped, computed stably around the maximum (an all `-inf` row gives
+    /// `-inf` and an empty axis `-inf`, as in PyTorch).
+    ///
+    /// # Panics
+    /// If `dim` is out of range; [`Tensor::try_logsumexp`] returns the error instead.
+    #[track_caller]
+    pub fn logsumexp(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_logsumexp(dim))
+    }
+
+    /// [`Tensor::logsumexp`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range.
+    pub fn try_logsumexp(&self, dim: impl Dim) -> Result<Tensor> {
+        let (d, n) = self.reduce_axis("logsumexp", dim)?;
+        if n == 0 {
+            return Ok(self.try_fold(ReduceOp::Sum, d, false)?.ln());
+        }
+        // An infinite maximum would make `x - max` NaN; a finite stand-in keeps -inf rows at -inf.
+        let m = self.try_fold(ReduceOp::Max, d, true)?.clamp(f32::MIN, f32::MAX);
+        let s = (self - &m).exp().try_fold(ReduceOp::Sum, d, true)?.ln() + &m;
+        Ok(s.squeeze(d))
+    }
+}

@@ -1,0 +1,89 @@
+//! Lowering a reduce group: the fold with its prologue (the expression folded, evaluated per element) and its
+//! epilogue (elementwise members of the output's shape that read the fold), in one kernel or, for long axes with
+//! few outputs, two: partial folds per chunk of the axis, then a fold of the partials with the epilogue.
+
+use super::fuse::{Fusion, Group};
+use super::lower::{kernel, Lowerer};
+use crate::graph::{Graph, NodeId, Op};
+use crate::kernel::{Access, Instr, Kernel, Kind, Reduce};
+use crate::shape::Shape;
+
+/// Elements one chunk of a long axis should cover at least, so that partial folds are worth their round trip.
+const MIN_CHUNK: usize = 4096;
+
+/// Workgroups a reduction should start at least to keep a large GPU busy.
+const TARGET_GROUPS: usize = 1024;
+
+/// How many chunks to cut an axis of `n` elements into, given `groups` workgroups without chunking.
+fn chunks(n: usize, groups: usize) -> usize {
+    if groups >= TARGET_GROUPS || n < 2 * MIN_CHUNK {
+        return 1;
+    }
+    (TARGET_GROUPS / groups.max(1)).clamp(1, n / MIN_CHUNK)
+}
+
+/// Lowers the group whose first member is a reduce node; `scratch` makes a plan buffer of that many bytes for
+/// partial folds.
+pub(super) fn lower(
+    graph: &Graph,
+    fusion: &Fusion,
+    grp: &Group,
+    written: &dyn Fn(NodeId) -> bool,
+    slot: &mut dyn FnMut(NodeId) -> usize,
+    scratch: &mut dyn FnMut(u64) -> usize,
+) -> Result<Vec<Kernel>, NodeId> {
+    let r = grp.members[0];
+    let Op::Reduce(op, x, axis) = graph.node(r).op else { unreachable!("a reduce group starts with its fold") };
+    let input = graph.node(x).shape.clone();
+    let out = graph.node(r).shape.clone();
+    let n = input.dims()[axis];
+    let outputs = out.numel();
+    let rows = input.dims()[axis + 1..].iter().all(|&d| d == 1);
+    let wg = crate::codegen::WORKGROUP_SIZE as usize;
+    let c = chunks(n, if rows { outputs } else { outputs.div_ceil(wg) });
+
+    // The fold, over the input's shape.
+    let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &input, outputs), slot);
+    l.need_coords();
+    let chunks_at = l.param(c as u32);
+    let value = l.root(x, &input)?;
+    let info = Reduce { op, axis, rows, prologue: l.k.body.len(), value, chunks_at, partial: c > 1 };
+    l.k.fused_ops += 1;
+    if c == 1 {
+        l.k.kind = Kind::Reduce(info);
+        epilogue(&mut l, grp, &out, written)?;
+        return Ok(vec![l.k]);
+    }
+
+    // Two stages: partial folds laid out as the input with the axis at `c`, then their fold.
+    let mut partial_dims = out.dims().to_vec();
+    partial_dims[axis] = c;
+    let partial_shape = Shape::from(partial_dims);
+    let partials = scratch(partial_shape.numel() as u64 * 4);
+    l.k.kind = Kind::Reduce(info);
+    l.k.outputs.push((partials, value));
+    let first = l.k;
+
+    let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &partial_shape, outputs), slot);
+    l.need_coords();
+    let chunks_at = l.param(1);
+    let input = l.input(partials);
+    let value = l.push(Instr::Load { input, view: None, access: Access::Own });
+    let info = Reduce { op, axis, rows, prologue: 1, value, chunks_at, partial: false };
+    l.k.kind = Kind::Reduce(info);
+    epilogue(&mut l, grp, &out, written)?;
+    Ok(vec![first, l.k])
+}
+
+/// The members after the fold, evaluated per output with the fold as the reduce node's value.
+fn epilogue(l: &mut Lowerer, grp: &Group, out: &Shape, written: &dyn Fn(NodeId) -> bool) -> Result<(), NodeId> {
+    l.set_domain(out, Some(grp.members[0]));
+    for &member in &grp.members {
+        let v = l.root(member, out)?;
+        if written(member) {
+            let s = l.slot(member);
+            l.k.outputs.push((s, v));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! Reductions against the reference: every op over every axis, fused prologues and epilogues, with counts.
+
+mod common;
+
+use common::{assert_close, check, device, Rng};
+use lazor::{Device, Error, Tensor};
+
+fn rand(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec_on(rng.vec(n, -2.0, 2.0), shape, dev)
+}
+
+fn stored(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
+    let t = rand(dev, rng, shape);
+    t.realize().unwrap();
+    t
+}
+
+/// Dispatches run by `f`.
+fn dispatches(dev: &Device, f: impl FnOnce()) -> u64 {
+    let s = dev.stats().dispatches;
+    f();
+    dev.stats().dispatches - s
+}
+
+/// Every reduction of `x` along `d`, kept and dropped, against the reference.
+fn check_axis(x: &Tensor, d: i32, what: &str) {
+    let n = x.shape()[d.rem_euclid(x.ndim() as i32) as usize] as f32;
+    let tol = 1e-5 * n.max(1.0).sqrt();
+    check(&x.sum(d), tol, tol, &format!("{what}: sum({d})"));
+    check(&x.sum_keepdim(d), tol, tol, &format!("{what}: sum_keepdim({d})"));
+    check(&x.mean(d), tol, tol, &format!("{what}: mean({d})"));
+    check(&x.prod_keepdim(d), 1e-4 * n.max(1.0), 1e-6, &format!("{what}: prod({d})"));
+    check(&x.var(d), tol, tol, &format!("{what}: var({d})"));
+    if n > 0.0 {
+        check(&x.max(d), 1e-6, 0.0, &format!("{what}: max({d})"));
+        check(&x.min_keepdim(d), 1e-6, 0.0, &format!("{what}: min_keepdim({d})"));
+        check(&x.softmax(d), 1e-5, 1e-6, &format!("{what}: softmax({d})"));
+        check(&x.log_softmax(d), 1e-5, 1e-5, &format!("{what}: log_softmax({d})"));
+        check(&x.logsumexp(d), 1e-5, 1e-5, &format!("{what}: logsumexp({d})"));
+    }
+}
+
+#[test]
+fn every_reduction_over_every_axis_of_ranks_1_to_5() {
+    let dev = device();
+    let mut rng = Rng::new(1);
+    let shapes: [&[usize]; 6] = [&[1], &[7], &[3, 5], &[2, 1, 9], &[4, 3, 1, 5], &[2, 3, 2, 1, 3]];
+    for shape in shapes {
+        let x = stored(&dev, &mut rng, shape);
+        let e = (&x * 0.5).sin() + 0.25; // the same reductions over an unrealized expression
+        for d in 0..shape.len() as i32 {
+            check_axis(&x, d, &format!("{shape:?}"));
+            check_axis(&e, d - shape.len() as i32, &format!("expression of {shape:?}"));
+        }
+    }
+}
+
+#[test]
+fn long_axes_and_many_outputs() {
+    let dev = device();
+    let mut rng = Rng::new(2);
+    // 2^22 along one axis: partial folds per chunk, then a fold of the partials.
+    let long = stored(&dev, &mut rng, &[1 << 22]);
+    check(&long.sum(0), 1e-5, 1e-2, "sum of 2^22");
+    check(&long.max(0), 0.0, 0.0, "max of 2^22");
+    let cols = stored(&dev, &mut rng, &[1 << 16, 3]);
+    check(&cols.sum(0), 1e-5, 1e-2, "column sum of 2^16 rows");
+    check(&cols.min(0), 0.0, 0.0, "column min of 2^16 rows");
+    // More outputs than 65535 workgroups in one dimension.
+    let rows = stored(&dev, &mut rng, &[70_001, 3]);
+    check(&rows.sum(-1), 1e-5, 1e-5, "70001 row sums");
+    check(&rows.t().max(0), 0.0, 0.0, "70001 column maxima of a transposed view");
+}
+
+#[test]
+fn reductions_read_views_without_copies() {
+    let dev = device();
+    let mut rng = Rng::new(3);
+    let x = stored(&dev, &mut rng, &[37, 53]);
+    for (t, what) in [
+        (x.t().sum(-1), "sum of a transposed tensor"),
+        (x.narrow(1, 3, 40).max(-1), "max of a narrowed tensor"),
+        (x.t().narrow(0, 5, 7).mean(0), "mean of a narrowed transpose"),
+        (x.unsqueeze(0).expand([3, 37, 53]).sum(0), "sum of an expanded tensor"),
+        (Tensor::cat(&[&x, &x.exp()], 0).sum(0), "sum of a concatenation"),
+    ] {
+        let k = dispatches(&dev, || drop(check(&t, 1e-5, 1e-5, what)));
+        assert_eq!(k, 1, "{what}: one kernel");
+    }
+}
+
+#[test]
+fn empty_axes_nan_and_infinities() {
+    let dev = device();
+    let e = Tensor::zeros_on([3, 0], &dev);
+    assert_eq!(e.sum(-1).to_vec(), vec![0.0; 3]);
+    assert_eq!(e.prod(-1).to_vec(), vec![1.0; 3]);
+    assert!(e.mean(-1).to_vec().iter().all(|v| v.is_nan()));
+    assert!(e.var(-1).to_vec().iter().all(|v| v.is_nan()));
+    assert_eq!(e.sum(0).to_vec(), Vec::<f32>::new());
+    assert_eq!(e.logsumexp(-1).to_vec(), vec![f32::NEG_INFINITY; 3]);
+    assert_eq!(e.softmax(-1).shape(), &[3, 0]);
+    assert_eq!(Tensor::zeros_on([0], &dev).sum_all().to_scalar(), 0.0);
+    match e.try_max(-1) {
+        Err(Error::BadArgument { op, shape, .. }) => assert_eq!((op, shape.dims()), ("max", &[3usize, 0][..])),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    assert!(e.try_min_keepdim(1).is_err() && Tensor::zeros_on([0], &dev).try_max_all().is_err());
+    let msg = std::panic::catch_unwind(|| drop(Tensor::zeros([2, 0]).min(1))).unwrap_err();
+    let msg = msg.downcast_ref::<String>().unwrap();
+    assert!(msg.contains("min") && msg.contains("[2, 0]"), "{msg}");
+    assert!(e.try_sum(2).unwrap_err().to_string().contains("dim 2"));
+
+    let inf = f32::INFINITY;
+    let x = Tensor::from_vec_on(vec![1.0, f32::NAN, 3.0, -inf, -inf, -inf, 1.0, inf, 2.0], [3, 3], &dev);
+    let sum = x.sum(-1).to_vec();
+    assert!(sum[0].is_nan() && sum[1] == -inf && sum[2] == inf);
+    let max = x.max(-1).to_vec();
+    assert!(max[0].is_nan() && max[1] == -inf && max[2] == inf);
+    assert!(x.min(-1).to_vec()[0].is_nan());
+    let sm = x.softmax(-1).to_vec();
+    assert!(sm[..6].iter().all(|v| v.is_nan()), "a NaN row and a row of -inf are NaN: {sm:?}");
+    assert_eq!(x.logsumexp(-1).to_vec()[1], -inf);
+    check(&x.narrow(0, 1, 2).logsumexp(-1), 0.0, 0.0, "logsumexp with infinities");
+}
+
+#[test]
+fn sums_are_accurate_and_deterministic() {
+    let dev = device();
+    let mut rng = Rng::new(4);
+    let n = 1 << 24;
+    let v = rng.vec(n, 0.0, 1.0);
+    let exact: f64 = v.iter().map(|&x| x as f64).sum();
+    let x = Tensor::from_vec_on(v, [n], &dev);
+    let got = x.sum_all().to_scalar();
+    assert!(((got as f64 - exact) / exact).abs() <= 1e-5, "sum_all of 2^24: {got} vs {exact}");
+    let again = x.sum_all().to_scalar();
+    assert_eq!(got.to_bits(), again.to_bits(), "bit-identical on a second run");
+    let m = Tensor::from_vec_on(rng.vec(1 << 20, -1.0, 1.0), [1024, 1024], &dev);
+    let (a, b) = (m.sum(0).to_vec(), m.sum(0).to_vec());
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+}
+
+#[test]
+fn prologues_and_epilogues_fuse() {
+    let dev = device();
+    let mut rng = Rng::new(5);
+    let n = 1 << 22;
+    let (a, b) = (stored(&dev, &mut rng, &[n]), stored(&dev, &mut rng, &[n]));
+    let before = dev.stats();
+    let dot = (&a * &b).sum_all();
+    let k = dispatches(&dev, || drop(dot.to_vec()));
+    assert!(k <= 2, "(a * b).sum_all(): {k} dispatches");
+    let s = dev.stats();
+    assert!(
+        s.peak_buffer_bytes - before.live_buffer_bytes < (n * 4) as u64,
+        "no intermediate of the input's size: peak {} over {} live",
+        s.peak_buffer_bytes,
+        before.live_buffer_bytes
+    );
+    check(&dot, 1e-4, 1e-2, "dot");
+
+    let x = stored(&dev, &mut rng, &[512, 1024]);
+    let k = dispatches(&dev, || drop(check(&x.mean(-1), 1e-5, 1e-6, "mean")));
+    assert_eq!(k, 1, "the division runs in the reduce kernel");
+    let k = dispatches(&dev, || drop(check(&(x.max(-1) * 2.0 + 1.0).exp(), 1e-5, 1e-6, "epilogue")));
+    assert_eq!(k, 1);
+    let sm = x.softmax(-1);
+    let k = dispatches(&dev, || drop(check(&sm, 1e-5, 1e-7, "softmax")));
+    assert!(k <= 3, "softmax: {k} dispatches");
+    let ln = (&x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt();
+    let k = dispatches(&dev, || drop(check(&ln, 1e-4, 1e-5, "layer norm")));
+    assert!(k <= 3, "layer norm: {k} dispatches");
+    // Unfused: the same values.
+    dev.set_fusion(false);
+    check(&x.softmax(-1), 1e-5, 1e-7, "softmax unfused");
+    check(&((&x - x.mean_keepdim(0)) / (x.var_keepdim(0) + 1e-5).sqrt()), 1e-4, 1e-5, "layer norm unfused");
+}
+
+#[test]
+fn softmax_of_4096_by_4096_is_3_dispatches_without_a_kept_intermediate() {
+    let dev = device();
+    let n = 4096;
+    let x = Tensor::from_vec_on((0..n * n).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect(), [n, n], &dev);
+    x.realize().unwrap();
+    let before = dev.stats();
+    let y = x.softmax(-1);
+    y.realize().unwrap();
+    let s = dev.stats();
+    assert!(s.dispatches - before.dispatches <= 3, "{} dispatches", s.dispatches - before.dispatches);
+    let input = (n * n * 4) as u64;
+    assert!(s.peak_buffer_bytes - before.live_buffer_bytes < 2 * input, "only the output of the input's size");
+    assert_eq!(s.live_buffer_bytes - before.live_buffer_bytes, input.next_multiple_of(256), "nothing else kept");
+    let row = y.narrow(0, 4095, 1).to_vec();
+    let xs: Vec<f32> = (4095 * n..n * n).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
+    let m = xs.iter().cloned().fold(f32::MIN, f32::max);
+    let z: f64 = xs.iter().map(|&v| ((v - m) as f64).exp()).sum();
+    let want: Vec<f32> = xs.iter().map(|&v| (((v - m) as f64).exp() / z) as f32).collect();
+    assert_close(&row, &want, 1e-4, 1e-9, "last row");
+}
+
+#[test]
+fn pipelines_are_cached_across_sizes_and_axis_lengths() {
+    let dev = device();
+    let mut rng = Rng::new(6);
+    let run = |rows: usize, cols: usize, rng: &mut Rng| {
+        let x = stored(&dev, rng, &[rows, cols]);
+        check(&x.sum(-1), 1e-5, 1e-5, "rows");
+        check(&x.max(0), 0.0, 0.0, "columns");
+        check(&(&x * 2.0).softmax(-1), 1e-5, 1e-6, "softmax");
+    };
+    run(5, 7, &mut rng);
+    let compiled = dev.stats().pipelines_compiled;
+    run(33, 100, &mut rng);
+    run(2, 1000, &mut rng);
+    assert_eq!(dev.stats().pipelines_compiled, compiled);
+}
+
+#[test]
+fn random_graphs_of_reductions_views_and_ops_match_the_reference() {
+    let dev = device();
+    for seed in 0..80u64 {
+        let mut rng = Rng::new(seed);
+        dev.set_fusion(seed % 2 == 0);
+        let shape: Vec<usize> = (0..1 + rng.below(3)).map(|_| 1 + rng.below(9)).collect();
+        let mut x = rand(&dev, &mut rng, &shape);
+        let mut log = format!("{shape:?}");
+        for _ in 0..1 + rng.below(4) {
+            let n = x.ndim();
+            let d = rng.below(n.max(1)) as i32;
+            let (next, what) = match rng.below(8) {
+                0 if n > 1 => (x.sum(d), format!("sum({d})")),
+                1 => (x.max_keepdim(d), format!("max_keepdim({d})")),
+                2 => (&x - x.mean_keepdim(d), format!("center({d})")),
+                3 => (x.softmax(d), format!("softmax({d})")),
+                4 if n >= 2 => (x.t() * 1.5, "t".to_string()),
+                5 => (x.exp().ln() + 0.5, "exp.ln".to_string()),
+                6 if n > 1 => (x.logsumexp(d), format!("logsumexp({d})")),
+                _ => (Tensor::cat(&[&x, &(&x * -1.0)], d), format!("cat({d})")),
+            };
+            x = next;
+            log.push_str(" . ");
+            log.push_str(&what);
+        }
+        let want = lazor::reference::eval(&[&x]).pop().unwrap();
+        assert_close(&x.to_vec(), &want, 1e-4, 1e-5, &format!("seed {seed}: {log}"));
+    }
+}
