@@ -147,6 +147,18 @@ impl Device {
         self.inner.fuse.store(on, Ordering::Relaxed);
     }
 
+    /// Lets generated kernels use subgroup operations where the device has them (the default, unless
+    /// `LAZOR_NO_SUBGROUPS=1`), or keeps them on the workgroup-memory path. Both give the same answers to within
+    /// rounding; tests run both.
+    pub fn set_subgroups(&self, on: bool) {
+        self.inner.backend.set_subgroups(on);
+    }
+
+    /// Whether generated kernels use subgroup operations.
+    pub fn subgroups(&self) -> bool {
+        self.inner.backend.subgroups()
+    }
+
     /// Whether later realizes fuse.
     pub fn fusion(&self) -> bool {
         self.inner.fuse.load(Ordering::Relaxed)

@@ -20,3 +20,8 @@ pub fn nofuse() -> bool {
 pub fn max_fused_ops() -> usize {
     var("LAZOR_MAX_FUSED_OPS").and_then(|v| v.trim().parse().ok()).filter(|&n| n > 0).unwrap_or(256).min(1024)
 }
+
+/// `LAZOR_NO_SUBGROUPS=1`: generated kernels never use subgroup operations (the workgroup-memory path everywhere).
+pub fn no_subgroups() -> bool {
+    var("LAZOR_NO_SUBGROUPS").is_some_and(|v| v.trim() != "0")
+}

@@ -10,6 +10,14 @@ fn rand(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
     Tensor::from_vec_on(rng.vec(n, -2.0, 2.0), shape, dev)
 }
 
+/// Two devices: subgroup operations on (where the adapter has them) and off (the workgroup-memory path).
+fn both_paths() -> [Device; 2] {
+    let (on, off) = (device(), device());
+    off.set_subgroups(false);
+    assert!(!off.subgroups());
+    [on, off]
+}
+
 fn stored(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
     let t = rand(dev, rng, shape);
     t.realize().unwrap();
@@ -43,7 +51,13 @@ fn check_axis(x: &Tensor, d: i32, what: &str) {
 
 #[test]
 fn every_reduction_over_every_axis_of_ranks_1_to_5() {
-    let dev = device();
+    for dev in both_paths() {
+        every_reduction_over_every_axis_of_ranks_1_to_5_on(&dev);
+    }
+}
+
+fn every_reduction_over_every_axis_of_ranks_1_to_5_on(dev: &Device) {
+    let dev = dev.clone();
     let mut rng = Rng::new(1);
     let shapes: [&[usize]; 6] = [&[1], &[7], &[3, 5], &[2, 1, 9], &[4, 3, 1, 5], &[2, 3, 2, 1, 3]];
     for shape in shapes {
@@ -58,7 +72,13 @@ fn every_reduction_over_every_axis_of_ranks_1_to_5() {
 
 #[test]
 fn long_axes_and_many_outputs() {
-    let dev = device();
+    for dev in both_paths() {
+        long_axes_and_many_outputs_on(&dev);
+    }
+}
+
+fn long_axes_and_many_outputs_on(dev: &Device) {
+    let dev = dev.clone();
     let mut rng = Rng::new(2);
     // 2^22 along one axis: partial folds per chunk, then a fold of the partials.
     let long = stored(&dev, &mut rng, &[1 << 22]);
@@ -92,7 +112,13 @@ fn reductions_read_views_without_copies() {
 
 #[test]
 fn empty_axes_nan_and_infinities() {
-    let dev = device();
+    for dev in both_paths() {
+        empty_axes_nan_and_infinities_on(&dev);
+    }
+}
+
+fn empty_axes_nan_and_infinities_on(dev: &Device) {
+    let dev = dev.clone();
     let e = Tensor::zeros_on([3, 0], &dev);
     assert_eq!(e.sum(-1).to_vec(), vec![0.0; 3]);
     assert_eq!(e.prod(-1).to_vec(), vec![1.0; 3]);
@@ -107,7 +133,8 @@ fn empty_axes_nan_and_infinities() {
         other => panic!("expected an error, got {other:?}"),
     }
     assert!(e.try_min_keepdim(1).is_err() && Tensor::zeros_on([0], &dev).try_max_all().is_err());
-    let msg = std::panic::catch_unwind(|| drop(Tensor::zeros([2, 0]).min(1))).unwrap_err();
+    let min = std::panic::AssertUnwindSafe(|| drop(Tensor::zeros_on([2, 0], &dev).min(1)));
+    let msg = std::panic::catch_unwind(min).unwrap_err();
     let msg = msg.downcast_ref::<String>().unwrap();
     assert!(msg.contains("min") && msg.contains("[2, 0]"), "{msg}");
     assert!(e.try_sum(2).unwrap_err().to_string().contains("dim 2"));
@@ -127,7 +154,13 @@ fn empty_axes_nan_and_infinities() {
 
 #[test]
 fn sums_are_accurate_and_deterministic() {
-    let dev = device();
+    for dev in both_paths() {
+        sums_are_accurate_and_deterministic_on(&dev);
+    }
+}
+
+fn sums_are_accurate_and_deterministic_on(dev: &Device) {
+    let dev = dev.clone();
     let mut rng = Rng::new(4);
     let n = 1 << 24;
     let v = rng.vec(n, 0.0, 1.0);
@@ -246,4 +279,24 @@ fn random_graphs_of_reductions_views_and_ops_match_the_reference() {
         let want = lazor::reference::eval(&[&x]).pop().unwrap();
         assert_close(&x.to_vec(), &want, 1e-4, 1e-5, &format!("seed {seed}: {log}"));
     }
+}
+
+#[test]
+fn the_subgroup_path_is_a_different_kernel_with_the_same_answers() {
+    let dev = device();
+    // Fails, rather than skips, on an adapter without subgroups (lavapipe and NVIDIA have them) unless the run
+    // says it turned them off.
+    if std::env::var("LAZOR_NO_SUBGROUPS").is_ok_and(|v| v != "0") {
+        assert!(!dev.subgroups(), "LAZOR_NO_SUBGROUPS=1 turns them off");
+        return;
+    }
+    assert!(dev.subgroups(), "this adapter has no subgroup operations ({})", dev.name());
+    let mut rng = Rng::new(7);
+    let x = stored(&dev, &mut rng, &[300, 1000]);
+    let on = x.sum(-1).to_vec();
+    let compiled = dev.stats().pipelines_compiled;
+    dev.set_subgroups(false);
+    let off = x.sum(-1).to_vec();
+    assert_eq!(dev.stats().pipelines_compiled, compiled + 1, "the fallback is its own kernel");
+    assert_close(&on, &off, 1e-5, 1e-5, "subgroups vs workgroup memory");
 }

@@ -74,6 +74,12 @@ pub(crate) trait Backend: Send + Sync {
     fn read_ready(&self, id: ReadId) -> bool;
     /// The values of a read-back, waiting for them if needed.
     fn take_read(&self, id: ReadId) -> Result<Vec<f32>>;
+    /// Turns subgroup operations in generated kernels on (where the device has them) or off.
+    fn set_subgroups(&self, _on: bool) {}
+    /// Whether generated kernels use subgroup operations.
+    fn subgroups(&self) -> bool {
+        false
+    }
     /// For downcasting to a concrete backend (interop accessors).
     fn as_any(&self) -> &dyn std::any::Any;
 }

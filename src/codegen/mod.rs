@@ -153,11 +153,18 @@ impl Builder {
     }
 }
 
-/// The WGSL source of `kernel`. Bindings: 0 parameters, then outputs, then inputs.
-pub fn generate(kernel: &Kernel) -> String {
+/// What a device lets generated code use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Target {
+    /// Subgroup operations (`subgroupAdd` and friends).
+    pub subgroups: bool,
+}
+
+/// The WGSL source of `kernel` for `target`. Bindings: 0 parameters, then outputs, then inputs.
+pub fn generate(kernel: &Kernel, target: &Target) -> String {
     match kernel.kind {
         Kind::Elementwise => elementwise::generate(kernel),
-        Kind::Reduce(_) => reduce::generate(kernel),
+        Kind::Reduce(_) => reduce::generate(kernel, target),
     }
 }
 

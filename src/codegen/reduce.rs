@@ -7,12 +7,13 @@
 //! order is fixed by the sizes alone: the same input gives the same bits on every run.
 
 use super::elementwise::Emitter;
-use super::WORKGROUP_SIZE;
+use super::{Target, WORKGROUP_SIZE};
 use crate::kernel::{Kernel, Kind};
+use crate::op::ReduceOp;
 use std::fmt::Write;
 
 /// The WGSL source of a reduce kernel.
-pub(super) fn generate(k: &Kernel) -> String {
+pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Reduce(r) = k.kind else { unreachable!("a reduce kernel") };
     let mut e = Emitter::new(k);
     let rank = k.shape.ndim();
@@ -24,11 +25,14 @@ pub(super) fn generate(k: &Kernel) -> String {
     if r.rows {
         let _ = writeln!(e.out, "var<workgroup> red: array<f32, {wg}>;");
     }
+    let subgroups = target.subgroups && r.rows;
+    let lanes =
+        if subgroups { ", @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) lanes: u32" } else { "" };
     let _ = write!(
         e.out,
         "@compute @workgroup_size({wg})\n\
          fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, \
-         @builtin(num_workgroups) nwg: vec3<u32>) {{\n"
+         @builtin(num_workgroups) nwg: vec3<u32>{lanes}) {{\n"
     );
     e.line(1, "let w = wid.x + wid.y * nwg.x;");
     e.line(1, &format!("let chunks = p[{}];", r.chunks_at));
@@ -67,7 +71,31 @@ pub(super) fn generate(k: &Kernel) -> String {
     let folded = combine(&mut e, "acc", &format!("t{}", r.value));
     e.line(2, &format!("acc = {folded};"));
     e.line(1, "}");
-    if r.rows {
+    if subgroups {
+        // Each subgroup folds its lanes at once; its first lane hands the result to a (shorter) tree.
+        let op = match r.op {
+            ReduceOp::Sum => "subgroupAdd",
+            ReduceOp::Prod => "subgroupMul",
+            ReduceOp::Max => "subgroupMax",
+            ReduceOp::Min => "subgroupMin",
+        };
+        if matches!(r.op, ReduceOp::Max | ReduceOp::Min) {
+            // Hardware max and min may drop NaN; lazor's propagate it.
+            e.line(1, "let nan = subgroupAny((bitcast<u32>(acc) & 0x7fffffffu) > 0x7f800000u);");
+            e.line(1, &format!("let part = select({op}(acc), bitcast<f32>(0x7fc00000u), nan);"));
+        } else {
+            e.line(1, &format!("let part = {op}(acc);"));
+        }
+        e.line(1, "if (lane == 0u) { red[lid.x / lanes] = part; }");
+        e.line(1, "workgroupBarrier();");
+        e.line(1, &format!("for (var s = {wg}u / lanes / 2u; s > 0u; s = s >> 1u) {{"));
+        let pair = combine(&mut e, "red[lid.x]", "red[lid.x + s]");
+        e.line(2, &format!("if (lid.x < s) {{ red[lid.x] = {pair}; }}"));
+        e.line(2, "workgroupBarrier();");
+        e.line(1, "}");
+        e.line(1, "if (lid.x != 0u) { return; }");
+        e.line(1, "let folded = red[0];");
+    } else if r.rows {
         e.line(1, "red[lid.x] = acc;");
         e.line(1, "workgroupBarrier();");
         e.line(1, &format!("for (var s = {}u; s > 0u; s = s >> 1u) {{", wg / 2));

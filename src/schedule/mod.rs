@@ -233,7 +233,7 @@ mod tests {
         assert_eq!(scalars, vec![5.0, 2.0]);
         assert!(k.dims_at.is_none(), "same-shape inputs are read at the kernel's own index");
         assert_eq!(k.width, 4, "so it runs on vec4");
-        assert!(crate::codegen::generate(k).contains("array<vec4<f32>>"));
+        assert!(crate::codegen::generate(k, &Default::default()).contains("array<vec4<f32>>"));
         assert_eq!(p.slots.iter().filter(|s| s.source == Source::Upload).count(), 3);
     }
 
@@ -331,7 +331,7 @@ mod tests {
         assert_eq!(p.kernels.len(), 4);
         assert!(p.kernels.iter().all(|k| k.fused_ops <= 256));
         assert_eq!(p.kernels.iter().map(|k| k.fused_ops).sum::<usize>(), 1000);
-        let src: Vec<String> = p.kernels.iter().map(crate::codegen::generate).collect();
+        let src: Vec<String> = p.kernels.iter().map(|k| crate::codegen::generate(k, &Default::default())).collect();
         assert_eq!(src[1], src[2], "equal chunks share one pipeline");
     }
 

@@ -62,10 +62,11 @@ impl WgpuBackend {
         let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("lazor") });
         let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
         let mut failed = None;
+        let target = self.target();
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             for (n, kernel) in job.kernels.iter().enumerate() {
-                let wgsl = codegen::generate(kernel);
+                let wgsl = codegen::generate(kernel, &target);
                 let name = format!("k{}x{}", kernel.fused_ops, kernel.outputs.len());
                 let compiled = match st.pipelines.get(&gpu.device, &wgsl, &name, debug, stats) {
                     Ok(p) => p,

@@ -11,6 +11,8 @@ pub struct Gpu {
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
+    /// Whether the device was created with subgroup operations (`wgpu::Features::SUBGROUP`).
+    pub subgroups: bool,
     /// Set by wgpu's device-lost callback; every later realize fails with it.
     pub lost: Arc<Mutex<Option<String>>>,
     /// Errors no error scope caught (there should be none): kept so the next realize returns them.
@@ -87,6 +89,8 @@ impl Gpu {
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("lazor"),
             required_limits: limits.clone(),
+            // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory.
+            required_features: adapter.features() & wgpu::Features::SUBGROUP,
             ..Default::default()
         }))
         .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })?;
@@ -101,7 +105,8 @@ impl Gpu {
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             unc.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string());
         }));
-        Ok(Gpu { device, queue, info, limits, lost, uncaptured })
+        let subgroups = device.features().contains(wgpu::Features::SUBGROUP);
+        Ok(Gpu { device, queue, info, limits, subgroups, lost, uncaptured })
     }
 
     /// Fails if the device was lost or wgpu reported an error outside any scope.

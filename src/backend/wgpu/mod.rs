@@ -12,6 +12,7 @@ use crate::graph::BufferKey;
 use crate::stats::Stats;
 use gpu::Gpu;
 use slotmap::SlotMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// The most storage buffers lazor binds in one kernel, whatever the adapter allows (NVIDIA allows thousands):
@@ -22,6 +23,8 @@ pub const MAX_BINDINGS: usize = 64;
 pub(crate) struct WgpuBackend {
     pub gpu: Gpu,
     state: Mutex<State>,
+    /// Whether kernels use subgroup operations: the device has them and `LAZOR_NO_SUBGROUPS` is unset.
+    subgroups: AtomicBool,
 }
 
 /// The backend's mutable parts, behind one lock.
@@ -38,7 +41,14 @@ impl WgpuBackend {
     /// # Errors
     /// As [`Gpu::open`].
     pub fn open() -> Result<WgpuBackend> {
-        Ok(WgpuBackend { gpu: Gpu::open()?, state: Mutex::new(State::default()) })
+        let gpu = Gpu::open()?;
+        let subgroups = AtomicBool::new(gpu.subgroups && !crate::env::no_subgroups());
+        Ok(WgpuBackend { gpu, state: Mutex::new(State::default()), subgroups })
+    }
+
+    /// What codegen may use on this device now.
+    pub fn target(&self) -> crate::codegen::Target {
+        crate::codegen::Target { subgroups: self.subgroups.load(Ordering::Relaxed) }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -85,6 +95,14 @@ impl Backend for WgpuBackend {
 
     fn take_read(&self, id: ReadId) -> Result<Vec<f32>> {
         self.finish_read(id)
+    }
+
+    fn set_subgroups(&self, on: bool) {
+        self.subgroups.store(on && self.gpu.subgroups, Ordering::Relaxed);
+    }
+
+    fn subgroups(&self) -> bool {
+        self.subgroups.load(Ordering::Relaxed)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
