@@ -34,9 +34,8 @@ fn main() {
     let dev = Device::default();
     let s = dev.stats();
     println!(
-        "device: {} ({}); {} realizes, {} submits, {} dispatches, {} pipelines compiled",
-        dev.adapter_name(),
-        dev.backend(),
+        "device: {}; {} realizes, {} submits, {} dispatches, {} pipelines compiled",
+        dev.name(),
         s.realizes,
         s.submits,
         s.dispatches,

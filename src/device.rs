@@ -1,5 +1,6 @@
 //! `Device`: a handle to one backend with its own graph and counters.
 
+use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::WgpuBackend;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -39,15 +40,34 @@ pub(crate) struct Inner {
 static DEFAULT: OnceLock<Device> = OnceLock::new();
 
 impl Device {
-    /// Opens an independent device on the best adapter: a discrete GPU before an integrated one before a software
-    /// one. `LAZOR_BACKEND` (vulkan, metal, dx12, gl) and `LAZOR_ADAPTER` (part of the adapter's name) narrow the
-    /// choice; `LAZOR_NOFUSE=1` starts it with fusion off.
+    /// Opens an independent wgpu device on the best adapter: a discrete GPU before an integrated one before a
+    /// software one. `LAZOR_BACKEND` (vulkan, metal, dx12, gl) and `LAZOR_ADAPTER` (part of the adapter's name)
+    /// narrow the choice; `LAZOR_NOFUSE=1` starts it with fusion off.
     ///
     /// # Errors
     /// [`Error::NoAdapter`] when no adapter matches, [`Error::DeviceCreation`] when the adapter refuses,
     /// [`Error::Env`] for a bad `LAZOR_BACKEND`.
     pub fn new() -> Result<Device> {
-        Ok(Device::with_backend(Box::new(WgpuBackend::open()?)))
+        Ok(Device::with_backend(Box::new(WgpuBackend::open(false)?)))
+    }
+
+    /// Opens an independent device on the host's cores: the same graphs, fused the same way, run by the CPU
+    /// backend on a rayon pool. Never fails.
+    ///
+    /// # Examples
+    /// ```
+    /// let cpu = lazor::Device::cpu();
+    /// let t = (lazor::Tensor::ones_on([3], &cpu) * 2.0).exp();
+    /// assert_eq!(t.to_vec(), vec![2f32.exp(); 3]);
+    /// assert_eq!(cpu.stats().dispatches, 1);
+    /// ```
+    pub fn cpu() -> Device {
+        Device::with_backend(Box::new(CpuBackend::new()))
+    }
+
+    /// Whether this device runs on the CPU backend.
+    pub fn is_cpu(&self) -> bool {
+        self.inner.backend.as_any().is::<CpuBackend>()
     }
 
     fn with_backend(backend: Box<dyn Backend>) -> Device {
@@ -74,7 +94,9 @@ impl Device {
         }
     }
 
-    /// The process-wide device, opened on first use.
+    /// The process-wide device, opened on first use: a hardware GPU (discrete before integrated) when there is one,
+    /// otherwise the CPU backend. `LAZOR_BACKEND=cpu` picks the CPU; `LAZOR_BACKEND=vulkan` (or metal, dx12, gl)
+    /// picks a wgpu adapter of that backend, software rasterizers included.
     ///
     /// # Panics
     /// If no device can be opened (the message says why); use [`Device::new`] to handle that as an error.
@@ -84,11 +106,28 @@ impl Device {
         if let Some(d) = DEFAULT.get() {
             return d.clone();
         }
-        let dev = match Device::new() {
+        let dev = match Device::open_default() {
             Ok(d) => d,
             Err(e) => panic!("{e}"),
         };
         DEFAULT.get_or_init(|| dev).clone()
+    }
+
+    /// The default device's choice: `LAZOR_BACKEND=cpu` the CPU; another `LAZOR_BACKEND` that wgpu backend, any
+    /// adapter; unset, a hardware GPU when there is one and otherwise the CPU, not a software rasterizer.
+    fn open_default() -> Result<Device> {
+        match crate::env::var("LAZOR_BACKEND").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+            Some("cpu") => Ok(Device::cpu()),
+            Some(_) => Device::new(),
+            None => match WgpuBackend::open(true) {
+                Ok(gpu) => Ok(Device::with_backend(Box::new(gpu))),
+                Err(Error::NoAdapter(_)) => Ok(Device::cpu()),
+                Err(e) => {
+                    eprintln!("lazor: {e}; using the CPU backend");
+                    Ok(Device::cpu())
+                }
+            },
+        }
     }
 
     /// What this device has done so far.

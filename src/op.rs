@@ -59,6 +59,11 @@ macro_rules! op_table {
             pub fn eval(self, x: f32) -> f32 {
                 match self { $(UnaryOp::$U => (|$x: f32| $ue)(x),)* }
             }
+
+            /// `eval` over a slice: one loop per op, which the compiler vectorizes (the CPU backend's kernel body).
+            pub fn eval_slice(self, a: &[f32], out: &mut [f32]) {
+                match self { $(UnaryOp::$U => for (o, &$x) in out.iter_mut().zip(a) { *o = $ue; },)* }
+            }
         }
 
         impl BinaryOp {
@@ -84,6 +89,13 @@ macro_rules! op_table {
             #[inline]
             pub fn eval(self, a: f32, b: f32) -> f32 {
                 match self { $(BinaryOp::$B => (|$a: f32, $b: f32| $be)(a, b),)* }
+            }
+
+            /// `eval` over slices: one loop per op, which the compiler vectorizes (the CPU backend's kernel body).
+            pub fn eval_slice(self, a: &[f32], b: &[f32], out: &mut [f32]) {
+                match self {
+                    $(BinaryOp::$B => for ((o, &$a), &$b) in out.iter_mut().zip(a).zip(b) { *o = $be; },)*
+                }
             }
         }
     };

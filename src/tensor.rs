@@ -201,6 +201,32 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// This tensor's values on `device`: one copy, read back from this device and uploaded to the other (counted
+    /// in their `Stats` where bytes cross between host and GPU). The same tensor when it already lives there.
+    ///
+    /// # Panics
+    /// On a device failure; [`Tensor::try_to_device`] returns it instead.
+    #[track_caller]
+    pub fn to_device(&self, device: &Device) -> Tensor {
+        match self.try_to_device(device) {
+            Ok(t) => t,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`Tensor::to_device`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// As [`Tensor::try_to_vec`].
+    pub fn try_to_device(&self, device: &Device) -> Result<Tensor> {
+        if self.device.same(device) {
+            return Ok(self.clone());
+        }
+        Ok(Tensor::from_vec_on(self.try_to_vec()?, self.shape.clone(), device))
+    }
+}
+
 /// Realizes several tensors together: one submit per device, and subexpressions they share are computed once.
 ///
 /// # Errors

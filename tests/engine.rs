@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_close, check, device, Rng};
+use common::{assert_close, check, devices, Rng};
 use lazor::{Error, Tensor};
 
 fn inputs(dev: &lazor::Device, n: usize, seed: u64) -> (Tensor, Tensor, Tensor) {
@@ -13,288 +13,326 @@ fn inputs(dev: &lazor::Device, n: usize, seed: u64) -> (Tensor, Tensor, Tensor) 
 
 #[test]
 fn chain3_is_one_dispatch_one_submit_and_reads_4_bytes_per_element() {
-    let dev = device();
-    let n = 1000;
-    let (a, b, c) = inputs(&dev, n, 1);
-    let d = ((&a + &b) * 5.0 - &c) / 2.0;
-    check(&d, 1e-6, 1e-6, "chain3");
-    let s = dev.stats();
-    assert_eq!((s.realizes, s.submits, s.dispatches), (1, 1, 1));
-    assert_eq!(s.bytes_downloaded, 4 * n as u64);
-    assert_eq!(s.bytes_uploaded, 3 * 4 * n as u64, "each input once");
+    for dev in devices() {
+        let n = 1000;
+        let (a, b, c) = inputs(&dev, n, 1);
+        let d = ((&a + &b) * 5.0 - &c) / 2.0;
+        check(&d, 1e-6, 1e-6, "chain3");
+        let s = dev.stats();
+        assert_eq!((s.realizes, s.submits, s.dispatches), (1, 1, 1));
+        if !dev.is_cpu() {
+            assert_eq!(s.bytes_downloaded, 4 * n as u64);
+        }
+        if !dev.is_cpu() {
+            assert_eq!(s.bytes_uploaded, 3 * 4 * n as u64, "each input once");
+        }
 
-    // A new graph over the same inputs uploads nothing again.
-    let e = (&a - &b) * &c;
-    let want = lazor::reference::eval(&[&e]).pop().unwrap(); // reads a, b, c back: one submit
-    let s = dev.stats();
-    assert_close(&e.to_vec(), &want, 1e-6, 0.0, "second graph");
-    let s2 = dev.stats();
-    assert_eq!(s2.bytes_uploaded, s.bytes_uploaded);
-    assert_eq!(s2.submits - s.submits, 1);
-    assert_eq!(s2.dispatches - s.dispatches, 1);
+        // A new graph over the same inputs uploads nothing again.
+        let e = (&a - &b) * &c;
+        let want = lazor::reference::eval(&[&e]).pop().unwrap(); // reads a, b, c back: one submit
+        let s = dev.stats();
+        assert_close(&e.to_vec(), &want, 1e-6, 0.0, "second graph");
+        let s2 = dev.stats();
+        assert_eq!(s2.bytes_uploaded, s.bytes_uploaded);
+        assert_eq!(s2.submits - s.submits, 1);
+        assert_eq!(s2.dispatches - s.dispatches, 1);
+    }
 }
 
 #[test]
 fn a_realized_tensor_is_not_computed_again_and_feeds_later_graphs() {
-    let dev = device();
-    let (a, b, _) = inputs(&dev, 300, 2);
-    let x = (&a * &b).exp();
-    let first = x.to_vec();
-    let s = dev.stats();
-    assert_eq!(x.to_vec(), first);
-    let s2 = dev.stats();
-    assert_eq!(s2.dispatches, s.dispatches, "second to_vec computes nothing");
-    assert_eq!(s2.bytes_uploaded, s.bytes_uploaded);
-    let y = &x + 1.0;
-    let got = y.to_vec();
-    assert_close(&got, &first.iter().map(|v| v + 1.0).collect::<Vec<_>>(), 1e-6, 0.0, "x + 1");
-    let k = dev.stats().dispatches - s2.dispatches;
-    assert_eq!(k, 1, "one kernel, reading x's buffer");
+    for dev in devices() {
+        let (a, b, _) = inputs(&dev, 300, 2);
+        let x = (&a * &b).exp();
+        let first = x.to_vec();
+        let s = dev.stats();
+        assert_eq!(x.to_vec(), first);
+        let s2 = dev.stats();
+        assert_eq!(s2.dispatches, s.dispatches, "second to_vec computes nothing");
+        assert_eq!(s2.bytes_uploaded, s.bytes_uploaded);
+        let y = &x + 1.0;
+        let got = y.to_vec();
+        assert_close(&got, &first.iter().map(|v| v + 1.0).collect::<Vec<_>>(), 1e-6, 0.0, "x + 1");
+        let k = dev.stats().dispatches - s2.dispatches;
+        assert_eq!(k, 1, "one kernel, reading x's buffer");
+    }
 }
 
 #[test]
 fn pipelines_are_cached_on_structure_not_sizes_or_constants() {
-    let dev = device();
-    let run = |n: usize, k: f32| {
-        let (a, b, c) = inputs(&dev, n, n as u64);
-        let d = ((&a + &b) * k - &c) / 2.0;
-        check(&d, 1e-6, 1e-6, "chain3");
-    };
-    run(100, 5.0);
-    let s = dev.stats();
-    assert_eq!(s.pipelines_compiled, 1);
-    run(100_000, 5.0);
-    run(7, 6.0);
-    let s2 = dev.stats();
-    assert_eq!(s2.pipelines_compiled, 1, "new size and new constant compile nothing");
-    assert_eq!(s2.pipeline_cache_hits, 2);
-    // Broadcast shapes of another size, same rank, also share a pipeline.
-    let bcast = |rows: usize, cols: usize| {
-        let a = Tensor::ones_on([rows, cols], &dev);
-        let b = Tensor::from_vec_on(vec![2.0; cols], [cols], &dev);
-        let x = Tensor::from_vec_on(vec![3.0; rows * cols], [rows, cols], &dev);
-        check(&(&x * &b + &a), 0.0, 0.0, "broadcast");
-    };
-    bcast(3, 4);
-    let compiled = dev.stats().pipelines_compiled;
-    bcast(17, 33);
-    assert_eq!(dev.stats().pipelines_compiled, compiled);
+    for dev in devices() {
+        let run = |n: usize, k: f32| {
+            let (a, b, c) = inputs(&dev, n, n as u64);
+            let d = ((&a + &b) * k - &c) / 2.0;
+            check(&d, 1e-6, 1e-6, "chain3");
+        };
+        run(100, 5.0);
+        let s = dev.stats();
+        if !dev.is_cpu() {
+            assert_eq!(s.pipelines_compiled, 1);
+        }
+        run(100_000, 5.0);
+        run(7, 6.0);
+        let s2 = dev.stats();
+        if !dev.is_cpu() {
+            assert_eq!(s2.pipelines_compiled, 1, "new size and new constant compile nothing");
+        }
+        if !dev.is_cpu() {
+            assert_eq!(s2.pipeline_cache_hits, 2);
+        }
+        // Broadcast shapes of another size, same rank, also share a pipeline.
+        let bcast = |rows: usize, cols: usize| {
+            let a = Tensor::ones_on([rows, cols], &dev);
+            let b = Tensor::from_vec_on(vec![2.0; cols], [cols], &dev);
+            let x = Tensor::from_vec_on(vec![3.0; rows * cols], [rows, cols], &dev);
+            check(&(&x * &b + &a), 0.0, 0.0, "broadcast");
+        };
+        bcast(3, 4);
+        let compiled = dev.stats().pipelines_compiled;
+        bcast(17, 33);
+        if !dev.is_cpu() {
+            assert_eq!(dev.stats().pipelines_compiled, compiled);
+        }
+    }
 }
 
 #[test]
 fn nofuse_runs_one_kernel_per_op_with_two_intermediates_alive() {
-    let dev = device();
-    dev.set_fusion(false);
-    let n = 4096;
-    let bytes = 4 * n as u64;
-    let x0 = Tensor::from_vec_on(vec![1.0; n], [n], &dev);
-    x0.realize().unwrap();
-    let base = dev.stats();
-    let mut x = x0.clone();
-    for i in 0..100 {
-        x = if i % 2 == 0 { &x + 1.0 } else { &x * 1.0 };
+    for dev in devices() {
+        dev.set_fusion(false);
+        let n = 4096;
+        let bytes = 4 * n as u64;
+        let x0 = Tensor::from_vec_on(vec![1.0; n], [n], &dev);
+        x0.realize().unwrap();
+        let base = dev.stats();
+        let mut x = x0.clone();
+        for i in 0..100 {
+            x = if i % 2 == 0 { &x + 1.0 } else { &x * 1.0 };
+        }
+        let got = x.to_vec();
+        assert!(got.iter().all(|&v| v == 51.0));
+        let s = dev.stats();
+        assert_eq!(s.dispatches - base.dispatches, 100);
+        assert_eq!(s.submits - base.submits, 1);
+        // Live at the peak: the input, the parameters, the output and one intermediate it reads; any more and
+        // intermediates outlived their last use.
+        let params = 100 * 256; // at most one aligned parameter block per kernel
+        assert!(
+            s.peak_buffer_bytes <= base.live_buffer_bytes + 2 * bytes + params as u64,
+            "peak {} with {} live before",
+            s.peak_buffer_bytes,
+            base.live_buffer_bytes
+        );
+        if !dev.is_cpu() {
+            assert!(s.buffers_allocated - base.buffers_allocated <= 4, "ping-pong reuses buffers");
+        }
     }
-    let got = x.to_vec();
-    assert!(got.iter().all(|&v| v == 51.0));
-    let s = dev.stats();
-    assert_eq!(s.dispatches - base.dispatches, 100);
-    assert_eq!(s.submits - base.submits, 1);
-    // Live at the peak: the input, the parameters, the output and one intermediate it reads; any more and
-    // intermediates outlived their last use.
-    let params = 100 * 256; // at most one aligned parameter block per kernel
-    assert!(
-        s.peak_buffer_bytes <= base.live_buffer_bytes + 2 * bytes + params as u64,
-        "peak {} with {} live before",
-        s.peak_buffer_bytes,
-        base.live_buffer_bytes
-    );
-    assert!(s.buffers_allocated - base.buffers_allocated <= 4, "ping-pong reuses buffers");
 }
 
 #[test]
 fn fusion_beats_nofuse_on_kernel_count() {
-    let dev = device();
-    let (a, b, c) = inputs(&dev, 5000, 3);
-    let expr = |a: &Tensor| (((a + &b) * 1.01 - &c) / 1.02).tanh().relu();
-    dev.set_fusion(false);
-    let unfused = expr(&a).to_vec();
-    let d0 = dev.stats().dispatches;
-    assert_eq!(d0, 6);
-    dev.set_fusion(true);
-    let fused = expr(&a).to_vec();
-    assert_eq!(dev.stats().dispatches - d0, 1);
-    assert_close(&fused, &unfused, 1e-6, 1e-6, "fused vs unfused");
+    for dev in devices() {
+        let (a, b, c) = inputs(&dev, 5000, 3);
+        let expr = |a: &Tensor| (((a + &b) * 1.01 - &c) / 1.02).tanh().relu();
+        dev.set_fusion(false);
+        let unfused = expr(&a).to_vec();
+        let d0 = dev.stats().dispatches;
+        assert_eq!(d0, 6);
+        dev.set_fusion(true);
+        let fused = expr(&a).to_vec();
+        assert_eq!(dev.stats().dispatches - d0, 1);
+        assert_close(&fused, &unfused, 1e-6, 1e-6, "fused vs unfused");
+    }
 }
 
 #[test]
 fn memory_stays_flat_over_10000_rounds() {
-    let dev = device();
-    let (a, b, _) = inputs(&dev, 64, 4);
-    lazor::realize(&[&a, &b]).unwrap();
-    let mut live_after_warmup = 0;
-    let mut allocated_after_warmup = 0;
-    for round in 0..10_000 {
-        {
-            let c = (&a * 2.0 + &b).sqrt();
-            let d = &c * &c;
-            d.realize().unwrap();
+    for dev in devices() {
+        let (a, b, _) = inputs(&dev, 64, 4);
+        lazor::realize(&[&a, &b]).unwrap();
+        let mut live_after_warmup = 0;
+        let mut allocated_after_warmup = 0;
+        for round in 0..10_000 {
+            {
+                let c = (&a * 2.0 + &b).sqrt();
+                let d = &c * &c;
+                d.realize().unwrap();
+            }
+            if round == 10 {
+                live_after_warmup = dev.stats().live_buffer_bytes;
+                allocated_after_warmup = dev.stats().buffers_allocated;
+            }
         }
-        if round == 10 {
-            live_after_warmup = dev.stats().live_buffer_bytes;
-            allocated_after_warmup = dev.stats().buffers_allocated;
+        dev.synchronize().unwrap();
+        let s = dev.stats();
+        assert_eq!(s.live_buffer_bytes, live_after_warmup);
+        if !dev.is_cpu() {
+            assert_eq!(s.buffers_allocated, allocated_after_warmup, "the pool reuses buffers");
+        }
+        assert_eq!(dev.live_nodes(), 2, "only a and b remain");
+        if !dev.is_cpu() {
+            assert_eq!(s.pipelines_compiled, 1);
         }
     }
-    dev.synchronize().unwrap();
-    let s = dev.stats();
-    assert_eq!(s.live_buffer_bytes, live_after_warmup);
-    assert_eq!(s.buffers_allocated, allocated_after_warmup, "the pool reuses buffers");
-    assert_eq!(dev.live_nodes(), 2, "only a and b remain");
-    assert_eq!(s.pipelines_compiled, 1);
 }
 
 #[test]
 fn dropping_tensors_frees_their_buffers() {
-    let dev = device();
-    let before = dev.stats().live_buffer_bytes;
-    {
-        let (a, b, c) = inputs(&dev, 1 << 12, 5);
-        let d = &a * &b + &c;
-        d.realize().unwrap();
-        assert!(dev.stats().live_buffer_bytes >= before + 4 * 4 * (1 << 12));
+    for dev in devices() {
+        let before = dev.stats().live_buffer_bytes;
+        {
+            let (a, b, c) = inputs(&dev, 1 << 12, 5);
+            let d = &a * &b + &c;
+            d.realize().unwrap();
+            assert!(dev.stats().live_buffer_bytes >= before + 4 * 4 * (1 << 12));
+        }
+        assert_eq!(dev.stats().live_buffer_bytes, before);
+        assert_eq!(dev.live_nodes(), 0);
     }
-    assert_eq!(dev.stats().live_buffer_bytes, before);
-    assert_eq!(dev.live_nodes(), 0);
 }
 
 #[test]
 fn realizing_several_outputs_computes_shared_work_once() {
-    let dev = device();
-    let (a, b, _) = inputs(&dev, 777, 6);
-    let shared = (&a * &b).exp();
-    let x = &shared + 1.0;
-    let y = &shared * 2.0;
-    let want = lazor::reference::eval(&[&x, &y]);
-    drop(shared);
-    lazor::realize(&[&x, &y]).unwrap();
-    let s = dev.stats();
-    assert_eq!((s.submits, s.dispatches), (1, 1));
-    let got = lazor::to_vecs(&[&x, &y]).unwrap();
-    assert_close(&got[0], &want[0], 1e-5, 0.0, "x");
-    assert_close(&got[1], &want[1], 1e-5, 0.0, "y");
-    assert_eq!(dev.stats().dispatches, 1, "reading back computes nothing");
+    for dev in devices() {
+        let (a, b, _) = inputs(&dev, 777, 6);
+        let shared = (&a * &b).exp();
+        let x = &shared + 1.0;
+        let y = &shared * 2.0;
+        let want = lazor::reference::eval(&[&x, &y]);
+        drop(shared);
+        lazor::realize(&[&x, &y]).unwrap();
+        let s = dev.stats();
+        assert_eq!((s.submits, s.dispatches), (1, 1));
+        let got = lazor::to_vecs(&[&x, &y]).unwrap();
+        assert_close(&got[0], &want[0], 1e-5, 0.0, "x");
+        assert_close(&got[1], &want[1], 1e-5, 0.0, "y");
+        assert_eq!(dev.stats().dispatches, 1, "reading back computes nothing");
+    }
 }
 
 #[test]
 fn outputs_of_different_shapes_in_one_realize() {
-    let dev = device();
-    let mut rng = Rng::new(7);
-    let row = Tensor::from_vec_on(rng.vec(5, -1.0, 1.0), [5], &dev);
-    let m = Tensor::from_vec_on(rng.vec(20, -1.0, 1.0), [4, 5], &dev);
-    let small = row.exp();
-    let big = &m * &small;
-    let want = lazor::reference::eval(&[&small, &big]);
-    let got = lazor::to_vecs(&[&small, &big]).unwrap();
-    assert_close(&got[0], &want[0], 1e-6, 0.0, "small");
-    assert_close(&got[1], &want[1], 1e-6, 0.0, "big");
-    assert_eq!(dev.stats().dispatches, 2);
-    assert_eq!(dev.stats().submits, 1);
+    for dev in devices() {
+        let mut rng = Rng::new(7);
+        let row = Tensor::from_vec_on(rng.vec(5, -1.0, 1.0), [5], &dev);
+        let m = Tensor::from_vec_on(rng.vec(20, -1.0, 1.0), [4, 5], &dev);
+        let small = row.exp();
+        let big = &m * &small;
+        let want = lazor::reference::eval(&[&small, &big]);
+        let got = lazor::to_vecs(&[&small, &big]).unwrap();
+        assert_close(&got[0], &want[0], 1e-6, 0.0, "small");
+        assert_close(&got[1], &want[1], 1e-6, 0.0, "big");
+        assert_eq!(dev.stats().dispatches, 2);
+        assert_eq!(dev.stats().submits, 1);
+    }
 }
 
 #[test]
 fn empty_tensors_dispatch_nothing() {
-    let dev = device();
-    let a = Tensor::from_vec_on(vec![], [0, 3], &dev);
-    let b = Tensor::from_vec_on(vec![1.0, 2.0, 3.0], [3], &dev);
-    let c = (&a + &b).exp();
-    assert_eq!(c.shape(), &[0, 3]);
-    assert_eq!(c.to_vec(), Vec::<f32>::new());
-    assert_eq!(Tensor::zeros_on([4, 0], &dev).to_vec(), Vec::<f32>::new());
-    assert_eq!(dev.stats().dispatches, 0);
-    assert_eq!(dev.stats().bytes_downloaded, 0);
+    for dev in devices() {
+        let a = Tensor::from_vec_on(vec![], [0, 3], &dev);
+        let b = Tensor::from_vec_on(vec![1.0, 2.0, 3.0], [3], &dev);
+        let c = (&a + &b).exp();
+        assert_eq!(c.shape(), &[0, 3]);
+        assert_eq!(c.to_vec(), Vec::<f32>::new());
+        assert_eq!(Tensor::zeros_on([4, 0], &dev).to_vec(), Vec::<f32>::new());
+        assert_eq!(dev.stats().dispatches, 0);
+        assert_eq!(dev.stats().bytes_downloaded, 0);
+    }
 }
 
 #[test]
 fn a_100000_op_chain_realizes_in_equal_chunks_of_one_pipeline() {
-    let dev = device();
-    let a = Tensor::from_vec_on(vec![0.5, -0.25, 1.0], [3], &dev);
-    let mut x = a.clone();
-    for i in 0..100_000 {
-        x = if i % 2 == 0 { &x + 1.0 } else { &x - 1.0 };
+    for dev in devices() {
+        let a = Tensor::from_vec_on(vec![0.5, -0.25, 1.0], [3], &dev);
+        let mut x = a.clone();
+        for i in 0..100_000 {
+            x = if i % 2 == 0 { &x + 1.0 } else { &x - 1.0 };
+        }
+        let got = x.to_vec();
+        assert_eq!(got, vec![0.5, -0.25, 1.0]);
+        let s = dev.stats();
+        // LAZOR_MAX_FUSED_OPS (256) ops per kernel; the chunks are alike, so they share one or two pipelines.
+        assert_eq!(s.dispatches, 100_000usize.div_ceil(256) as u64);
+        assert_eq!(s.submits, 1);
+        if !dev.is_cpu() {
+            assert!(s.pipelines_compiled <= 2, "{} compiled", s.pipelines_compiled);
+        }
+        drop(x);
+        assert_eq!(dev.live_nodes(), 1);
     }
-    let got = x.to_vec();
-    assert_eq!(got, vec![0.5, -0.25, 1.0]);
-    let s = dev.stats();
-    // LAZOR_MAX_FUSED_OPS (256) ops per kernel; the chunks are alike, so they share one or two pipelines.
-    assert_eq!(s.dispatches, 100_000usize.div_ceil(256) as u64);
-    assert_eq!(s.submits, 1);
-    assert!(s.pipelines_compiled <= 2, "{} compiled", s.pipelines_compiled);
-    drop(x);
-    assert_eq!(dev.live_nodes(), 1);
 }
 
 #[test]
 fn a_chain_within_the_op_limit_is_one_kernel() {
-    let dev = device();
-    let (a, b, c) = inputs(&dev, 1000, 9);
-    let mut x = a.clone();
-    for _ in 0..50 {
-        x = ((&x + &b) * 1.01 - &c) / 1.02;
+    for dev in devices() {
+        let (a, b, c) = inputs(&dev, 1000, 9);
+        let mut x = a.clone();
+        for _ in 0..50 {
+            x = ((&x + &b) * 1.01 - &c) / 1.02;
+        }
+        check(&x, 1e-4, 1e-5, "200-op chain");
+        assert_eq!(dev.stats().dispatches, 1);
     }
-    check(&x, 1e-4, 1e-5, "200-op chain");
-    assert_eq!(dev.stats().dispatches, 1);
 }
 
 #[test]
 fn kernels_split_at_the_binding_limit() {
-    let dev = device();
-    let mut rng = Rng::new(8);
-    let parts: Vec<Tensor> = (0..80).map(|_| Tensor::from_vec_on(rng.vec(100, -1.0, 1.0), [100], &dev)).collect();
-    let mut sum = parts[0].clone();
-    for p in &parts[1..] {
-        sum = &sum + p;
+    for dev in devices() {
+        let mut rng = Rng::new(8);
+        let parts: Vec<Tensor> = (0..80).map(|_| Tensor::from_vec_on(rng.vec(100, -1.0, 1.0), [100], &dev)).collect();
+        let mut sum = parts[0].clone();
+        for p in &parts[1..] {
+            sum = &sum + p;
+        }
+        check(&sum, 1e-5, 1e-5, "sum of 80 tensors");
+        let s = dev.stats();
+        // lazor binds at most 64 buffers per kernel (fewer where the adapter allows fewer: 32 on lavapipe).
+        assert!(s.dispatches >= 2, "80 inputs cannot bind in one kernel: {} dispatches", s.dispatches);
+        assert_eq!(s.submits, 1);
     }
-    check(&sum, 1e-5, 1e-5, "sum of 80 tensors");
-    let s = dev.stats();
-    // lazor binds at most 64 buffers per kernel (fewer where the adapter allows fewer: 32 on lavapipe).
-    assert!(s.dispatches >= 2, "80 inputs cannot bind in one kernel: {} dispatches", s.dispatches);
-    assert_eq!(s.submits, 1);
 }
 
 #[test]
 fn more_than_65535_workgroups_fold_into_two_dimensions() {
-    let dev = device();
-    let n = 65_535 * 256 + 1000; // one workgroup too many in x, and not a multiple of 256
-    let a = Tensor::from_vec_on((0..n).map(|i| (i % 1000) as f32).collect(), [n], &dev);
-    // A broadcast operand makes the kernel strided, one element per thread: n threads, over 65535 workgroups.
-    let two = Tensor::from_vec_on(vec![2.0], [1], &dev);
-    let b = &a * &two + 1.0;
-    let got = b.to_vec();
-    for (i, v) in got.iter().enumerate() {
-        assert_eq!(*v, (i % 1000) as f32 * 2.0 + 1.0, "element {i}");
+    for dev in devices() {
+        let n = 65_535 * 256 + 1000; // one workgroup too many in x, and not a multiple of 256
+        let a = Tensor::from_vec_on((0..n).map(|i| (i % 1000) as f32).collect(), [n], &dev);
+        // A broadcast operand makes the kernel strided, one element per thread: n threads, over 65535 workgroups.
+        let two = Tensor::from_vec_on(vec![2.0], [1], &dev);
+        let b = &a * &two + 1.0;
+        let got = b.to_vec();
+        for (i, v) in got.iter().enumerate() {
+            assert_eq!(*v, (i % 1000) as f32 * 2.0 + 1.0, "element {i}");
+        }
     }
 }
 
 #[test]
 fn too_large_tensors_are_an_error_not_a_crash() {
-    let dev = device();
-    let elems = (dev.max_tensor_bytes() / 4 + 1) as usize;
-    let big = Tensor::full_on([elems], 1.0, &dev).exp();
-    match big.realize() {
-        Err(Error::TooLarge { bytes, limit, .. }) => assert!(bytes > limit),
-        other => panic!("expected TooLarge, got {other:?}"),
+    for dev in devices() {
+        let elems = (dev.max_tensor_bytes() / 4 + 1) as usize;
+        let big = Tensor::full_on([elems], 1.0, &dev).exp();
+        match big.realize() {
+            Err(Error::TooLarge { bytes, limit, .. }) => assert!(bytes > limit),
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        assert!(big.try_to_vec().unwrap_err().to_string().contains("storage binding limit"));
+        // The device still works.
+        assert_eq!((Tensor::ones_on([2], &dev) * 3.0).to_vec(), vec![3.0, 3.0]);
     }
-    assert!(big.try_to_vec().unwrap_err().to_string().contains("storage binding limit"));
-    // The device still works.
-    assert_eq!((Tensor::ones_on([2], &dev) * 3.0).to_vec(), vec![3.0, 3.0]);
 }
 
 #[test]
 fn constants_need_no_buffer_until_realized_alone() {
-    let dev = device();
-    let a = Tensor::from_vec_on(vec![1.0, 2.0], [2], &dev);
-    let z = Tensor::zeros_on([2], &dev);
-    let o = Tensor::full_on([2], 3.0, &dev);
-    let got = (&a + &z) * &o;
-    assert_eq!(got.to_vec(), vec![3.0, 6.0]);
-    assert_eq!(dev.stats().bytes_uploaded, 8, "only a is uploaded");
+    for dev in devices() {
+        let a = Tensor::from_vec_on(vec![1.0, 2.0], [2], &dev);
+        let z = Tensor::zeros_on([2], &dev);
+        let o = Tensor::full_on([2], 3.0, &dev);
+        let got = (&a + &z) * &o;
+        assert_eq!(got.to_vec(), vec![3.0, 6.0]);
+        // Host memory to device memory: 8 bytes on a GPU; nothing moves on the CPU.
+        let uploaded = if dev.is_cpu() { 0 } else { 8 };
+        assert_eq!(dev.stats().bytes_uploaded, uploaded, "only a is uploaded");
+    }
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_close, check, close, device, Rng};
+use common::{assert_close, check, close, devices, Rng};
 use lazor::op::{BinaryOp, UnaryOp};
 use lazor::{Device, Tensor};
 use proptest::prelude::*;
@@ -63,90 +63,95 @@ fn domain(op: UnaryOp) -> (f32, f32) {
 
 #[test]
 fn unary_ops_match_the_reference_on_random_data() {
-    let dev = device();
-    let mut rng = Rng::new(11);
-    for (k, op) in UnaryOp::ALL.into_iter().enumerate() {
-        // Odd sizes, one past a workgroup, many workgroups.
-        let n = [1, 255, 257, 10_007][k % 4];
-        let (lo, hi) = domain(op);
-        let x = Tensor::from_vec_on(rng.vec(n, lo, hi), [n], &dev);
-        let (rel, abs) = tolerance_unary(op);
-        check(&apply_unary(&x, op), rel, abs, op.name());
+    for dev in devices() {
+        let mut rng = Rng::new(11);
+        for (k, op) in UnaryOp::ALL.into_iter().enumerate() {
+            // Odd sizes, one past a workgroup, many workgroups.
+            let n = [1, 255, 257, 10_007][k % 4];
+            let (lo, hi) = domain(op);
+            let x = Tensor::from_vec_on(rng.vec(n, lo, hi), [n], &dev);
+            let (rel, abs) = tolerance_unary(op);
+            check(&apply_unary(&x, op), rel, abs, op.name());
+        }
     }
 }
 
 #[test]
 fn binary_ops_match_the_reference_on_broadcast_shapes() {
-    let dev = device();
-    let mut rng = Rng::new(12);
-    let shapes: [(&[usize], &[usize]); 7] = [
-        (&[33], &[33]),
-        (&[2, 3], &[3]),
-        (&[4, 1], &[1, 5]),
-        (&[3, 1, 5], &[4, 1]),
-        (&[], &[7]),
-        (&[2, 3, 4, 5], &[1, 1, 4, 1]),
-        (&[1], &[300]),
-    ];
-    for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow) {
-        for (sa, sb) in shapes {
-            let na: usize = sa.iter().product();
-            let nb: usize = sb.iter().product();
-            let a = Tensor::from_vec_on(rng.vec(na, -10.0, 10.0), sa, &dev);
-            let b = Tensor::from_vec_on(rng.vec(nb, 0.5, 10.0), sb, &dev);
-            let what = format!("{} {sa:?} {sb:?}", op.name());
-            check(&apply_binary(&a, &b, op), 1e-6, 0.0, &what);
-            check(&apply_binary(&b, &a, op), 1e-6, 0.0, &what);
+    for dev in devices() {
+        let mut rng = Rng::new(12);
+        let shapes: [(&[usize], &[usize]); 7] = [
+            (&[33], &[33]),
+            (&[2, 3], &[3]),
+            (&[4, 1], &[1, 5]),
+            (&[3, 1, 5], &[4, 1]),
+            (&[], &[7]),
+            (&[2, 3, 4, 5], &[1, 1, 4, 1]),
+            (&[1], &[300]),
+        ];
+        for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow) {
+            for (sa, sb) in shapes {
+                let na: usize = sa.iter().product();
+                let nb: usize = sb.iter().product();
+                let a = Tensor::from_vec_on(rng.vec(na, -10.0, 10.0), sa, &dev);
+                let b = Tensor::from_vec_on(rng.vec(nb, 0.5, 10.0), sb, &dev);
+                let what = format!("{} {sa:?} {sb:?}", op.name());
+                check(&apply_binary(&a, &b, op), 1e-6, 0.0, &what);
+                check(&apply_binary(&b, &a, op), 1e-6, 0.0, &what);
+            }
         }
     }
 }
 
 #[test]
 fn powf_follows_f32_rules() {
-    let dev = device();
-    let base = vec![-2.0, -0.5, 0.0, -0.0, 0.5, 2.0, 3.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1.0, -1.0];
-    let x = Tensor::from_vec_on(base.clone(), [base.len()], &dev);
-    for e in [0.0, 1.0, 2.0, 3.0, -1.0, -2.0, -3.0, 0.5, 2.5, -0.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e9] {
-        let want: Vec<f32> = x.to_vec().iter().map(|v| v.powf(e)).collect();
-        let got = x.powf(e).to_vec();
-        assert_close(&got, &want, 1e-5, 1e-6, &format!("powf({e})"));
+    for dev in devices() {
+        let base = vec![-2.0, -0.5, 0.0, -0.0, 0.5, 2.0, 3.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1.0, -1.0];
+        let x = Tensor::from_vec_on(base.clone(), [base.len()], &dev);
+        for e in [0.0, 1.0, 2.0, 3.0, -1.0, -2.0, -3.0, 0.5, 2.5, -0.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e9]
+        {
+            let want: Vec<f32> = x.to_vec().iter().map(|v| v.powf(e)).collect();
+            let got = x.powf(e).to_vec();
+            assert_close(&got, &want, 1e-5, 1e-6, &format!("powf({e})"));
+        }
     }
 }
 
 #[test]
 fn ieee_special_values_behave_as_on_the_cpu() {
-    let dev = device();
-    let special = [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e30, -1e30, 3.5];
-    let n = special.len();
-    let x = Tensor::from_vec_on(special.to_vec(), [n], &dev);
-    // x / 0 = ±inf (or NaN for 0/0), sqrt(-1) = NaN, NaN propagates.
-    let mut failures = Vec::new();
-    let zero = Tensor::zeros_on([n], &dev);
-    check(&(&x / &zero), 0.0, 0.0, "x / 0");
-    check(&(Tensor::scalar_on(-1.0, &dev).sqrt()), 0.0, 0.0, "sqrt(-1)");
-    for op in UnaryOp::ALL {
-        let (rel, abs) = tolerance_unary(op);
-        // Transcendentals at ±1e30 are not meaningful on a GPU (sin/cos argument reduction), skip just those.
-        let inputs: Vec<f32> = match op {
-            UnaryOp::Sin | UnaryOp::Cos => {
-                special.iter().copied().filter(|v| v.abs() < 1e3 || !v.is_finite()).collect()
-            }
-            _ => special.to_vec(),
-        };
-        let t = Tensor::from_vec_on(inputs.clone(), [inputs.len()], &dev);
-        failures.extend(mismatch(&apply_unary(&t, op), rel, abs, op.name()));
+    for dev in devices() {
+        let special = [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e30, -1e30, 3.5];
+        let n = special.len();
+        let x = Tensor::from_vec_on(special.to_vec(), [n], &dev);
+        // x / 0 = ±inf (or NaN for 0/0), sqrt(-1) = NaN, NaN propagates.
+        let mut failures = Vec::new();
+        let zero = Tensor::zeros_on([n], &dev);
+        check(&(&x / &zero), 0.0, 0.0, "x / 0");
+        check(&(Tensor::scalar_on(-1.0, &dev).sqrt()), 0.0, 0.0, "sqrt(-1)");
+        for op in UnaryOp::ALL {
+            let (rel, abs) = tolerance_unary(op);
+            // Transcendentals at ±1e30 are not meaningful on a GPU (sin/cos argument reduction), skip just those.
+            let inputs: Vec<f32> = match op {
+                UnaryOp::Sin | UnaryOp::Cos => {
+                    special.iter().copied().filter(|v| v.abs() < 1e3 || !v.is_finite()).collect()
+                }
+                _ => special.to_vec(),
+            };
+            let t = Tensor::from_vec_on(inputs.clone(), [inputs.len()], &dev);
+            failures.extend(mismatch(&apply_unary(&t, op), rel, abs, op.name()));
+        }
+        for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow) {
+            // All pairs of specials, through broadcasting [n, 1] x [n].
+            let a = Tensor::from_vec_on(special.to_vec(), [n, 1], &dev);
+            failures.extend(mismatch(&apply_binary(&a, &x, op), 1e-6, 0.0, op.name()));
+            // And same-shaped (vectorized) operands.
+            let pairs: Vec<(f32, f32)> = special.iter().flat_map(|&p| special.iter().map(move |&q| (p, q))).collect();
+            let l = Tensor::from_vec_on(pairs.iter().map(|p| p.0).collect(), [n * n], &dev);
+            let r = Tensor::from_vec_on(pairs.iter().map(|p| p.1).collect(), [n * n], &dev);
+            failures.extend(mismatch(&apply_binary(&l, &r, op), 1e-6, 0.0, op.name()));
+        }
+        assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
     }
-    for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow) {
-        // All pairs of specials, through broadcasting [n, 1] x [n].
-        let a = Tensor::from_vec_on(special.to_vec(), [n, 1], &dev);
-        failures.extend(mismatch(&apply_binary(&a, &x, op), 1e-6, 0.0, op.name()));
-        // And same-shaped (vectorized) operands.
-        let pairs: Vec<(f32, f32)> = special.iter().flat_map(|&p| special.iter().map(move |&q| (p, q))).collect();
-        let l = Tensor::from_vec_on(pairs.iter().map(|p| p.0).collect(), [n * n], &dev);
-        let r = Tensor::from_vec_on(pairs.iter().map(|p| p.1).collect(), [n * n], &dev);
-        failures.extend(mismatch(&apply_binary(&l, &r, op), 1e-6, 0.0, op.name()));
-    }
-    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// Every element where `t` differs from the reference, described.
@@ -205,8 +210,8 @@ proptest! {
         fuse in any::<bool>(),
     ) {
         // One device for all cases: a real driver may refuse hundreds of devices made in a row.
-        static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
-        let dev = DEV.get_or_init(device);
+        static DEVS: std::sync::OnceLock<Vec<Device>> = std::sync::OnceLock::new();
+        for dev in DEVS.get_or_init(devices) {
         dev.set_fusion(fuse);
         let before = dev.stats();
         let mut rng = Rng::new(seed);
@@ -222,6 +227,7 @@ proptest! {
         prop_assert!(s.submits - before.submits <= 2, "reference read-back and the realize");
         if fuse {
             prop_assert!(s.dispatches - before.dispatches <= 1, "a fused tree of one output is at most one kernel");
+        }
         }
     }
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_close, check, device, Rng};
+use common::{assert_close, check, devices, gpu_devices, Rng};
 use lazor::{Device, Error, Tensor};
 
 fn rand(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
@@ -10,12 +10,16 @@ fn rand(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
     Tensor::from_vec_on(rng.vec(n, -2.0, 2.0), shape, dev)
 }
 
-/// Two devices: subgroup operations on (where the adapter has them) and off (the workgroup-memory path).
-fn both_paths() -> [Device; 2] {
-    let (on, off) = (device(), device());
-    off.set_subgroups(false);
-    assert!(!off.subgroups());
-    [on, off]
+/// Every backend, and on GPUs both paths: subgroup operations on (where the adapter has them) and off (the
+/// workgroup-memory path).
+fn both_paths() -> Vec<Device> {
+    let mut devs = devices();
+    for gpu in gpu_devices() {
+        gpu.set_subgroups(false);
+        assert!(!gpu.subgroups());
+        devs.push(gpu);
+    }
+    devs
 }
 
 fn stored(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
@@ -95,18 +99,19 @@ fn long_axes_and_many_outputs_on(dev: &Device) {
 
 #[test]
 fn reductions_read_views_without_copies() {
-    let dev = device();
-    let mut rng = Rng::new(3);
-    let x = stored(&dev, &mut rng, &[37, 53]);
-    for (t, what) in [
-        (x.t().sum(-1), "sum of a transposed tensor"),
-        (x.narrow(1, 3, 40).max(-1), "max of a narrowed tensor"),
-        (x.t().narrow(0, 5, 7).mean(0), "mean of a narrowed transpose"),
-        (x.unsqueeze(0).expand([3, 37, 53]).sum(0), "sum of an expanded tensor"),
-        (Tensor::cat(&[&x, &x.exp()], 0).sum(0), "sum of a concatenation"),
-    ] {
-        let k = dispatches(&dev, || drop(check(&t, 1e-5, 1e-5, what)));
-        assert_eq!(k, 1, "{what}: one kernel");
+    for dev in devices() {
+        let mut rng = Rng::new(3);
+        let x = stored(&dev, &mut rng, &[37, 53]);
+        for (t, what) in [
+            (x.t().sum(-1), "sum of a transposed tensor"),
+            (x.narrow(1, 3, 40).max(-1), "max of a narrowed tensor"),
+            (x.t().narrow(0, 5, 7).mean(0), "mean of a narrowed transpose"),
+            (x.unsqueeze(0).expand([3, 37, 53]).sum(0), "sum of an expanded tensor"),
+            (Tensor::cat(&[&x, &x.exp()], 0).sum(0), "sum of a concatenation"),
+        ] {
+            let k = dispatches(&dev, || drop(check(&t, 1e-5, 1e-5, what)));
+            assert_eq!(k, 1, "{what}: one kernel");
+        }
     }
 }
 
@@ -177,126 +182,131 @@ fn sums_are_accurate_and_deterministic_on(dev: &Device) {
 
 #[test]
 fn prologues_and_epilogues_fuse() {
-    let dev = device();
-    let mut rng = Rng::new(5);
-    let n = 1 << 22;
-    let (a, b) = (stored(&dev, &mut rng, &[n]), stored(&dev, &mut rng, &[n]));
-    let before = dev.stats();
-    let dot = (&a * &b).sum_all();
-    let k = dispatches(&dev, || drop(dot.to_vec()));
-    assert!(k <= 2, "(a * b).sum_all(): {k} dispatches");
-    let s = dev.stats();
-    assert!(
-        s.peak_buffer_bytes - before.live_buffer_bytes < (n * 4) as u64,
-        "no intermediate of the input's size: peak {} over {} live",
-        s.peak_buffer_bytes,
-        before.live_buffer_bytes
-    );
-    check(&dot, 1e-4, 1e-2, "dot");
+    for dev in devices() {
+        let mut rng = Rng::new(5);
+        let n = 1 << 22;
+        let (a, b) = (stored(&dev, &mut rng, &[n]), stored(&dev, &mut rng, &[n]));
+        let before = dev.stats();
+        let dot = (&a * &b).sum_all();
+        let k = dispatches(&dev, || drop(dot.to_vec()));
+        assert!(k <= 2, "(a * b).sum_all(): {k} dispatches");
+        let s = dev.stats();
+        assert!(
+            s.peak_buffer_bytes - before.live_buffer_bytes < (n * 4) as u64,
+            "no intermediate of the input's size: peak {} over {} live",
+            s.peak_buffer_bytes,
+            before.live_buffer_bytes
+        );
+        check(&dot, 1e-4, 1e-2, "dot");
 
-    let x = stored(&dev, &mut rng, &[512, 1024]);
-    let k = dispatches(&dev, || drop(check(&x.mean(-1), 1e-5, 1e-6, "mean")));
-    assert_eq!(k, 1, "the division runs in the reduce kernel");
-    let k = dispatches(&dev, || drop(check(&(x.max(-1) * 2.0 + 1.0).exp(), 1e-5, 1e-6, "epilogue")));
-    assert_eq!(k, 1);
-    let sm = x.softmax(-1);
-    let k = dispatches(&dev, || drop(check(&sm, 1e-5, 1e-7, "softmax")));
-    assert!(k <= 3, "softmax: {k} dispatches");
-    let ln = (&x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt();
-    let k = dispatches(&dev, || drop(check(&ln, 1e-4, 1e-5, "layer norm")));
-    assert!(k <= 3, "layer norm: {k} dispatches");
-    // Unfused: the same values.
-    dev.set_fusion(false);
-    check(&x.softmax(-1), 1e-5, 1e-7, "softmax unfused");
-    check(&((&x - x.mean_keepdim(0)) / (x.var_keepdim(0) + 1e-5).sqrt()), 1e-4, 1e-5, "layer norm unfused");
+        let x = stored(&dev, &mut rng, &[512, 1024]);
+        let k = dispatches(&dev, || drop(check(&x.mean(-1), 1e-5, 1e-6, "mean")));
+        assert_eq!(k, 1, "the division runs in the reduce kernel");
+        let k = dispatches(&dev, || drop(check(&(x.max(-1) * 2.0 + 1.0).exp(), 1e-5, 1e-6, "epilogue")));
+        assert_eq!(k, 1);
+        let sm = x.softmax(-1);
+        let k = dispatches(&dev, || drop(check(&sm, 1e-5, 1e-7, "softmax")));
+        assert!(k <= 3, "softmax: {k} dispatches");
+        let ln = (&x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt();
+        let k = dispatches(&dev, || drop(check(&ln, 1e-4, 1e-5, "layer norm")));
+        assert!(k <= 3, "layer norm: {k} dispatches");
+        // Unfused: the same values.
+        dev.set_fusion(false);
+        check(&x.softmax(-1), 1e-5, 1e-7, "softmax unfused");
+        check(&((&x - x.mean_keepdim(0)) / (x.var_keepdim(0) + 1e-5).sqrt()), 1e-4, 1e-5, "layer norm unfused");
+    }
 }
 
 #[test]
 fn softmax_of_4096_by_4096_is_3_dispatches_without_a_kept_intermediate() {
-    let dev = device();
-    let n = 4096;
-    let x = Tensor::from_vec_on((0..n * n).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect(), [n, n], &dev);
-    x.realize().unwrap();
-    let before = dev.stats();
-    let y = x.softmax(-1);
-    y.realize().unwrap();
-    let s = dev.stats();
-    assert!(s.dispatches - before.dispatches <= 3, "{} dispatches", s.dispatches - before.dispatches);
-    let input = (n * n * 4) as u64;
-    assert!(s.peak_buffer_bytes - before.live_buffer_bytes < 2 * input, "only the output of the input's size");
-    assert_eq!(s.live_buffer_bytes - before.live_buffer_bytes, input.next_multiple_of(256), "nothing else kept");
-    let row = y.narrow(0, 4095, 1).to_vec();
-    let xs: Vec<f32> = (4095 * n..n * n).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
-    let m = xs.iter().cloned().fold(f32::MIN, f32::max);
-    let z: f64 = xs.iter().map(|&v| ((v - m) as f64).exp()).sum();
-    let want: Vec<f32> = xs.iter().map(|&v| (((v - m) as f64).exp() / z) as f32).collect();
-    assert_close(&row, &want, 1e-4, 1e-9, "last row");
+    for dev in devices() {
+        let n = 4096;
+        let x = Tensor::from_vec_on((0..n * n).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect(), [n, n], &dev);
+        x.realize().unwrap();
+        let before = dev.stats();
+        let y = x.softmax(-1);
+        y.realize().unwrap();
+        let s = dev.stats();
+        assert!(s.dispatches - before.dispatches <= 3, "{} dispatches", s.dispatches - before.dispatches);
+        let input = (n * n * 4) as u64;
+        assert!(s.peak_buffer_bytes - before.live_buffer_bytes < 2 * input, "only the output of the input's size");
+        assert_eq!(s.live_buffer_bytes - before.live_buffer_bytes, input.next_multiple_of(256), "nothing else kept");
+        let row = y.narrow(0, 4095, 1).to_vec();
+        let xs: Vec<f32> = (4095 * n..n * n).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
+        let m = xs.iter().cloned().fold(f32::MIN, f32::max);
+        let z: f64 = xs.iter().map(|&v| ((v - m) as f64).exp()).sum();
+        let want: Vec<f32> = xs.iter().map(|&v| (((v - m) as f64).exp() / z) as f32).collect();
+        assert_close(&row, &want, 1e-4, 1e-9, "last row");
+    }
 }
 
 #[test]
 fn pipelines_are_cached_across_sizes_and_axis_lengths() {
-    let dev = device();
-    let mut rng = Rng::new(6);
-    let run = |rows: usize, cols: usize, rng: &mut Rng| {
-        let x = stored(&dev, rng, &[rows, cols]);
-        check(&x.sum(-1), 1e-5, 1e-5, "rows");
-        check(&x.max(0), 0.0, 0.0, "columns");
-        check(&(&x * 2.0).softmax(-1), 1e-5, 1e-6, "softmax");
-    };
-    run(5, 7, &mut rng);
-    let compiled = dev.stats().pipelines_compiled;
-    run(33, 100, &mut rng);
-    run(2, 1000, &mut rng);
-    assert_eq!(dev.stats().pipelines_compiled, compiled);
+    for dev in devices() {
+        let mut rng = Rng::new(6);
+        let run = |rows: usize, cols: usize, rng: &mut Rng| {
+            let x = stored(&dev, rng, &[rows, cols]);
+            check(&x.sum(-1), 1e-5, 1e-5, "rows");
+            check(&x.max(0), 0.0, 0.0, "columns");
+            check(&(&x * 2.0).softmax(-1), 1e-5, 1e-6, "softmax");
+        };
+        run(5, 7, &mut rng);
+        let compiled = dev.stats().pipelines_compiled;
+        run(33, 100, &mut rng);
+        run(2, 1000, &mut rng);
+        assert_eq!(dev.stats().pipelines_compiled, compiled);
+    }
 }
 
 #[test]
 fn random_graphs_of_reductions_views_and_ops_match_the_reference() {
-    let dev = device();
-    for seed in 0..80u64 {
-        let mut rng = Rng::new(seed);
-        dev.set_fusion(seed % 2 == 0);
-        let shape: Vec<usize> = (0..1 + rng.below(3)).map(|_| 1 + rng.below(9)).collect();
-        let mut x = rand(&dev, &mut rng, &shape);
-        let mut log = format!("{shape:?}");
-        for _ in 0..1 + rng.below(4) {
-            let n = x.ndim();
-            let d = rng.below(n.max(1)) as i32;
-            let (next, what) = match rng.below(8) {
-                0 if n > 1 => (x.sum(d), format!("sum({d})")),
-                1 => (x.max_keepdim(d), format!("max_keepdim({d})")),
-                2 => (&x - x.mean_keepdim(d), format!("center({d})")),
-                3 => (x.softmax(d), format!("softmax({d})")),
-                4 if n >= 2 => (x.t() * 1.5, "t".to_string()),
-                5 => (x.exp().ln() + 0.5, "exp.ln".to_string()),
-                6 if n > 1 => (x.logsumexp(d), format!("logsumexp({d})")),
-                _ => (Tensor::cat(&[&x, &(&x * -1.0)], d), format!("cat({d})")),
-            };
-            x = next;
-            log.push_str(" . ");
-            log.push_str(&what);
+    for dev in devices() {
+        for seed in 0..80u64 {
+            let mut rng = Rng::new(seed);
+            dev.set_fusion(seed % 2 == 0);
+            let shape: Vec<usize> = (0..1 + rng.below(3)).map(|_| 1 + rng.below(9)).collect();
+            let mut x = rand(&dev, &mut rng, &shape);
+            let mut log = format!("{shape:?}");
+            for _ in 0..1 + rng.below(4) {
+                let n = x.ndim();
+                let d = rng.below(n.max(1)) as i32;
+                let (next, what) = match rng.below(8) {
+                    0 if n > 1 => (x.sum(d), format!("sum({d})")),
+                    1 => (x.max_keepdim(d), format!("max_keepdim({d})")),
+                    2 => (&x - x.mean_keepdim(d), format!("center({d})")),
+                    3 => (x.softmax(d), format!("softmax({d})")),
+                    4 if n >= 2 => (x.t() * 1.5, "t".to_string()),
+                    5 => (x.exp().ln() + 0.5, "exp.ln".to_string()),
+                    6 if n > 1 => (x.logsumexp(d), format!("logsumexp({d})")),
+                    _ => (Tensor::cat(&[&x, &(&x * -1.0)], d), format!("cat({d})")),
+                };
+                x = next;
+                log.push_str(" . ");
+                log.push_str(&what);
+            }
+            let want = lazor::reference::eval(&[&x]).pop().unwrap();
+            assert_close(&x.to_vec(), &want, 1e-4, 1e-5, &format!("seed {seed}: {log}"));
         }
-        let want = lazor::reference::eval(&[&x]).pop().unwrap();
-        assert_close(&x.to_vec(), &want, 1e-4, 1e-5, &format!("seed {seed}: {log}"));
     }
 }
 
 #[test]
 fn the_subgroup_path_is_a_different_kernel_with_the_same_answers() {
-    let dev = device();
-    // Fails, rather than skips, on an adapter without subgroups (lavapipe and NVIDIA have them) unless the run
-    // says it turned them off.
-    if std::env::var("LAZOR_NO_SUBGROUPS").is_ok_and(|v| v != "0") {
-        assert!(!dev.subgroups(), "LAZOR_NO_SUBGROUPS=1 turns them off");
-        return;
+    for dev in gpu_devices() {
+        // Fails, rather than skips, on an adapter without subgroups (lavapipe and NVIDIA have them) unless the run
+        // says it turned them off.
+        if std::env::var("LAZOR_NO_SUBGROUPS").is_ok_and(|v| v != "0") {
+            assert!(!dev.subgroups(), "LAZOR_NO_SUBGROUPS=1 turns them off");
+            return;
+        }
+        assert!(dev.subgroups(), "this adapter has no subgroup operations ({})", dev.name());
+        let mut rng = Rng::new(7);
+        let x = stored(&dev, &mut rng, &[300, 1000]);
+        let on = x.sum(-1).to_vec();
+        let compiled = dev.stats().pipelines_compiled;
+        dev.set_subgroups(false);
+        let off = x.sum(-1).to_vec();
+        assert_eq!(dev.stats().pipelines_compiled, compiled + 1, "the fallback is its own kernel");
+        assert_close(&on, &off, 1e-5, 1e-5, "subgroups vs workgroup memory");
     }
-    assert!(dev.subgroups(), "this adapter has no subgroup operations ({})", dev.name());
-    let mut rng = Rng::new(7);
-    let x = stored(&dev, &mut rng, &[300, 1000]);
-    let on = x.sum(-1).to_vec();
-    let compiled = dev.stats().pipelines_compiled;
-    dev.set_subgroups(false);
-    let off = x.sum(-1).to_vec();
-    assert_eq!(dev.stats().pipelines_compiled, compiled + 1, "the fallback is its own kernel");
-    assert_close(&on, &off, 1e-5, 1e-5, "subgroups vs workgroup memory");
 }

@@ -1,6 +1,7 @@
 //! The backend boundary: what the realize orchestrator asks of a device. A backend runs a job of kernels over a
 //! table of buffers and owns those buffers; it never reads the graph.
 
+pub(crate) mod cpu;
 pub(crate) mod wgpu;
 
 use crate::error::Result;

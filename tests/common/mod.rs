@@ -3,12 +3,44 @@
 
 use lazor::{Device, Tensor};
 
-/// A fresh device, so each test reads its own counters. Panics (fails the test) when there is no adapter:
-/// GPU tests must run on a real wgpu adapter, never skip.
-pub fn device() -> Device {
-    Device::new().unwrap_or_else(|e| {
-        panic!("tests need a wgpu adapter (on Linux without a GPU: apt-get install mesa-vulkan-drivers): {e}")
-    })
+/// Fresh devices, one per backend a test runs on, so each test reads its own counters: the CPU backend always,
+/// and a wgpu device when one opens. `LAZOR_TEST_BACKENDS` (e.g. `cpu,vulkan`, as `.ci/run` sets it) names the
+/// backends a run must cover: one that does not open fails the test, it is never skipped.
+pub fn devices() -> Vec<Device> {
+    let wanted = std::env::var("LAZOR_TEST_BACKENDS").unwrap_or_default().to_ascii_lowercase();
+    if wanted.trim().is_empty() {
+        let mut devs = vec![Device::cpu()];
+        match Device::new() {
+            Ok(d) => devs.push(d),
+            Err(e) => eprintln!("no wgpu adapter, testing the CPU backend only: {e}"),
+        }
+        return devs;
+    }
+    wanted
+        .split(',')
+        .map(|name| match name.trim() {
+            "cpu" => Device::cpu(),
+            name => {
+                let dev = Device::new().unwrap_or_else(|e| {
+                    panic!(
+                        "LAZOR_TEST_BACKENDS asks for {name} but no wgpu adapter opens (on Linux without a GPU: \
+                         apt-get install mesa-vulkan-drivers): {e}"
+                    )
+                });
+                assert!(
+                    dev.backend().eq_ignore_ascii_case(name) || name == "wgpu",
+                    "LAZOR_TEST_BACKENDS asks for {name}, got {}",
+                    dev.name()
+                );
+                dev
+            }
+        })
+        .collect()
+}
+
+/// The devices of [`devices`] that run on wgpu, for tests of what only a GPU has (pipelines, subgroups).
+pub fn gpu_devices() -> Vec<Device> {
+    devices().into_iter().filter(|d| !d.is_cpu()).collect()
 }
 
 /// A small deterministic generator (xorshift64*), so failures reproduce.

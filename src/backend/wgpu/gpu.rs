@@ -30,11 +30,13 @@ fn rank(t: wgpu::DeviceType) -> u8 {
     }
 }
 
+/// The wgpu backends `LAZOR_BACKEND` allows (all of them when it is unset or names the CPU backend).
 fn backends() -> Result<wgpu::Backends> {
     let Some(value) = env::var("LAZOR_BACKEND") else {
         return Ok(wgpu::Backends::all());
     };
     let b = match value.to_ascii_lowercase().as_str() {
+        "cpu" => wgpu::Backends::all(),
         "vulkan" | "vk" => wgpu::Backends::VULKAN,
         "metal" => wgpu::Backends::METAL,
         "dx12" => wgpu::Backends::DX12,
@@ -43,7 +45,7 @@ fn backends() -> Result<wgpu::Backends> {
             return Err(Error::Env {
                 var: "LAZOR_BACKEND",
                 value,
-                message: "expected one of vulkan, metal, dx12, gl".into(),
+                message: "expected one of cpu, vulkan, metal, dx12, gl".into(),
             })
         }
     };
@@ -51,12 +53,13 @@ fn backends() -> Result<wgpu::Backends> {
 }
 
 impl Gpu {
-    /// Opens the best adapter allowed by the environment.
+    /// Opens the best adapter allowed by the environment; with `hardware_only`, software rasterizers (lavapipe,
+    /// llvmpipe, WARP) do not count.
     ///
     /// # Errors
     /// [`Error::NoAdapter`] when none matches, [`Error::DeviceCreation`] when the adapter refuses a device,
     /// [`Error::Env`] for a bad `LAZOR_BACKEND`.
-    pub fn open() -> Result<Gpu> {
+    pub fn open(hardware_only: bool) -> Result<Gpu> {
         let backends = backends()?;
         // GL last, from its own instance: starting it makes EGL print to stderr, and it is the weakest for compute.
         let enumerate = |b: wgpu::Backends| {
@@ -75,12 +78,16 @@ impl Gpu {
             let w = w.to_lowercase();
             adapters.retain(|a| a.get_info().name.to_lowercase().contains(&w));
         }
+        if hardware_only {
+            adapters.retain(|a| rank(a.get_info().device_type) <= rank(wgpu::DeviceType::VirtualGpu));
+        }
         adapters.sort_by_key(|a| rank(a.get_info().device_type));
         let Some(adapter) = adapters.into_iter().next() else {
             return Err(Error::NoAdapter(format!(
-                "backends {backends:?}, LAZOR_ADAPTER={}, adapters seen: {names:?}; on Linux without a GPU install \
-                 Mesa's software Vulkan driver (mesa-vulkan-drivers)",
-                wanted.as_deref().unwrap_or("(unset)")
+                "backends {backends:?}, LAZOR_ADAPTER={}, {}adapters seen: {names:?}; on Linux without a GPU install \
+                 Mesa's software Vulkan driver (mesa-vulkan-drivers), or use Device::cpu()",
+                wanted.as_deref().unwrap_or("(unset)"),
+                if hardware_only { "hardware only, " } else { "" }
             )));
         };
         let info = adapter.get_info();

@@ -36,12 +36,12 @@ struct State {
 }
 
 impl WgpuBackend {
-    /// Opens the best adapter allowed by the environment.
+    /// Opens the best adapter allowed by the environment (`hardware_only`: no software rasterizers).
     ///
     /// # Errors
     /// As [`Gpu::open`].
-    pub fn open() -> Result<WgpuBackend> {
-        let gpu = Gpu::open()?;
+    pub fn open(hardware_only: bool) -> Result<WgpuBackend> {
+        let gpu = Gpu::open(hardware_only)?;
         let subgroups = AtomicBool::new(gpu.subgroups && !crate::env::no_subgroups());
         Ok(WgpuBackend { gpu, state: Mutex::new(State::default()), subgroups })
     }

@@ -1,0 +1,177 @@
+//! The CPU backend: buffers are `Vec<f32>`s in host memory, kernels of the same IR run on rayon's threads.
+
+mod eval;
+
+use super::{Backend, Data, Done, Job, ReadId};
+use crate::error::{Error, Result};
+use crate::graph::BufferKey;
+use crate::kernel::Kind;
+use crate::stats::Stats;
+use slotmap::SlotMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// Storage buffers a CPU kernel may bind: there is no hardware limit, but kernels binding many buffers gain nothing.
+const MAX_BINDINGS: usize = 64;
+
+/// Buffers and finished read-backs of one CPU device.
+#[derive(Default)]
+struct State {
+    buffers: SlotMap<BufferKey, Vec<f32>>,
+    reads: SlotMap<ReadId, Vec<f32>>,
+}
+
+/// A device on the host's cores.
+pub(crate) struct CpuBackend {
+    state: Mutex<State>,
+}
+
+/// A zeroed buffer of `len` elements, or `Error::OutOfMemory` (never an abort).
+fn alloc(len: usize) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|e| Error::OutOfMemory(format!("{} bytes on the CPU: {e}", len * 4)))?;
+    v.resize(len, 0.0);
+    Ok(v)
+}
+
+impl CpuBackend {
+    pub fn new() -> CpuBackend {
+        CpuBackend { state: Mutex::new(State::default()) }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl State {
+    fn insert(&mut self, v: Vec<f32>, stats: &mut Stats) -> BufferKey {
+        stats.buffers_allocated += 1;
+        stats.live_buffer_bytes += v.len() as u64 * 4;
+        stats.peak_buffer_bytes = stats.peak_buffer_bytes.max(stats.live_buffer_bytes);
+        self.buffers.insert(v)
+    }
+
+    fn remove(&mut self, key: BufferKey, stats: &mut Stats) {
+        if let Some(v) = self.buffers.remove(key) {
+            stats.live_buffer_bytes -= v.len() as u64 * 4;
+        }
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        format!("CPU ({} threads)", rayon::current_num_threads())
+    }
+
+    fn max_bindings(&self) -> usize {
+        MAX_BINDINGS
+    }
+
+    fn max_buffer_bytes(&self) -> u64 {
+        isize::MAX as u64
+    }
+
+    fn check_health(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn run(&self, job: Job<'_>, stats: &mut Stats, _debug: u32) -> Result<Done> {
+        let mut st = self.state();
+        let mut keys: Vec<Option<BufferKey>> = Vec::with_capacity(job.buffers.len());
+        let mut created: Vec<BufferKey> = Vec::new();
+        let outcome = (|| -> Result<()> {
+            for b in &job.buffers {
+                keys.push(match b.data {
+                    Data::Existing(key) => Some(key),
+                    // The values stay in host memory: nothing moves between devices, so nothing is counted.
+                    Data::Upload(values) => {
+                        let mut v = alloc(values.len())?;
+                        v.copy_from_slice(values);
+                        let key = st.insert(v, stats);
+                        created.push(key);
+                        Some(key)
+                    }
+                    Data::Fresh => None,
+                });
+            }
+            for (n, kernel) in job.kernels.iter().enumerate() {
+                let mut outs: Vec<Vec<f32>> = Vec::with_capacity(kernel.outputs.len());
+                for &(slot, _) in &kernel.outputs {
+                    outs.push(alloc((job.buffers[slot].bytes / 4) as usize)?);
+                }
+                {
+                    let inputs: Vec<&[f32]> = kernel
+                        .inputs
+                        .iter()
+                        .map(|&(slot, _)| st.buffers[keys[slot].expect("inputs are written first")].as_slice())
+                        .collect();
+                    let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                    match kernel.kind {
+                        Kind::Elementwise => eval::elementwise(kernel, &inputs, &mut views),
+                        Kind::Reduce(_) => eval::reduce(kernel, &inputs, &mut views),
+                    }
+                }
+                for (&(slot, _), v) in kernel.outputs.iter().zip(outs) {
+                    let key = st.insert(v, stats);
+                    keys[slot] = Some(key);
+                    created.push(key);
+                }
+                stats.dispatches += 1;
+                for &slot in &job.frees[n] {
+                    if let Some(key) = keys[slot].take() {
+                        st.remove(key, stats);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = outcome {
+            for key in created {
+                st.remove(key, stats);
+            }
+            return Err(e);
+        }
+        if !job.kernels.is_empty() || !created.is_empty() || !job.reads.is_empty() {
+            stats.submits += 1;
+        }
+        let reads = job
+            .reads
+            .iter()
+            .map(|&slot| {
+                let v = st.buffers[keys[slot].expect("a read buffer exists")].clone();
+                st.reads.insert(v)
+            })
+            .collect();
+        let kept: Vec<BufferKey> = job.keep.iter().map(|&s| keys[s].take().expect("kept buffers exist")).collect();
+        for (b, key) in job.buffers.iter().zip(keys) {
+            if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_))) {
+                st.remove(key, stats);
+            }
+        }
+        Ok(Done { kept, reads })
+    }
+
+    fn release(&self, key: BufferKey, stats: &mut Stats) {
+        self.state().remove(key, stats);
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn poll(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn read_ready(&self, _id: ReadId) -> bool {
+        true
+    }
+
+    fn take_read(&self, id: ReadId) -> Result<Vec<f32>> {
+        self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
