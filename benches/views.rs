@@ -28,9 +28,9 @@ fn inputs(n: usize, k: usize) -> Vec<f32> {
 fn views(c: &mut Criterion) {
     // No adapter is a failure (Device::default panics with the reason), not a skip.
     let dev = Device::default();
-    let cpu = dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
+    let cpu = dev.is_cpu() || dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
     let batch: u32 = if cpu { 8 } else { 32 };
-    eprintln!("views: {} ({}), max tensor bytes {}", dev.adapter_name(), dev.backend(), dev.max_tensor_bytes());
+    eprintln!("views: {}, max tensor bytes {}", dev.name(), dev.max_tensor_bytes());
     for case in ViewCase::ALL {
         for log2 in ViewCase::DEFAULT_LOG2 {
             let numel = 1usize << log2;

@@ -1,5 +1,5 @@
-//! What the benchmarks measure, shared by `benches/elementwise.rs` and `examples/bench.rs`: the cases and the
-//! bytes their fused ideal moves.
+//! What the benchmarks measure, shared by `benches/*.rs` and `examples/bench.rs`: the cases and the bytes their
+//! fused ideal moves.
 #![allow(dead_code)] // each includer uses part of it
 
 use lazor::Tensor;
@@ -184,4 +184,211 @@ impl ViewCase {
             ViewCase::Cat => x[2][i] * 2.0,
         }
     }
+}
+
+/// A reduction case: the expression, its input shapes at the default and the scaled-down sizes, the bytes its ideal
+/// kernel moves, and the same math on the host in `f64` for the correctness check.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ReduceCase {
+    /// `x.sum_all()` of `[n]`: one read, 4 bytes/element.
+    SumAll,
+    /// `(a * &b).sum_all()` of two `[n]`: two reads, 8 bytes/element (the product never reaches memory).
+    Dot,
+    /// `x.sum(-1)` of `[rows, cols]`: one read, 4 bytes/element (the `rows` outputs not counted).
+    SumRows,
+    /// `x.sum(0)` of `[rows, cols]`: one read, 4 bytes/element.
+    SumCols,
+    /// `x.softmax(-1)` of `[rows, cols]`: one read, one write, 8 bytes/element.
+    Softmax,
+    /// `(&x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt()` of `[rows, cols]`: 8 bytes/element.
+    LayerNorm,
+}
+
+impl ReduceCase {
+    pub const ALL: [ReduceCase; 6] = [
+        ReduceCase::SumAll,
+        ReduceCase::Dot,
+        ReduceCase::SumRows,
+        ReduceCase::SumCols,
+        ReduceCase::Softmax,
+        ReduceCase::LayerNorm,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceCase::SumAll => "sum_all",
+            ReduceCase::Dot => "dot",
+            ReduceCase::SumRows => "sum_rows",
+            ReduceCase::SumCols => "sum_cols",
+            ReduceCase::Softmax => "softmax",
+            ReduceCase::LayerNorm => "layernorm",
+        }
+    }
+
+    /// The expression, for table headers.
+    pub fn expr(self) -> &'static str {
+        match self {
+            ReduceCase::SumAll => "x.sum_all()",
+            ReduceCase::Dot => "(a * &b).sum_all()",
+            ReduceCase::SumRows => "x.sum(-1)",
+            ReduceCase::SumCols => "x.sum(0)",
+            ReduceCase::Softmax => "x.softmax(-1)",
+            ReduceCase::LayerNorm => "(&x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt()",
+        }
+    }
+
+    /// Bytes per input element of the ideal kernel: each input read once, a full-size output written once.
+    pub fn bytes_per_element(self) -> u64 {
+        match self {
+            ReduceCase::SumAll | ReduceCase::SumRows | ReduceCase::SumCols => 4,
+            ReduceCase::Dot | ReduceCase::Softmax | ReduceCase::LayerNorm => 8,
+        }
+    }
+
+    /// Inputs of the case (each of the same shape).
+    pub fn inputs(self) -> usize {
+        match self {
+            ReduceCase::Dot => 2,
+            _ => 1,
+        }
+    }
+
+    /// Input shapes timed by default, the sizes of `../shared/bench/torch_reference.py` (`reduce`, `softmax`); the
+    /// first is the one the acceptance targets name (dot 2^26, sums [16384, 4096], softmax and layer norm
+    /// [4096, 4096]).
+    pub fn shapes(self) -> Vec<Vec<usize>> {
+        match self {
+            ReduceCase::SumAll => vec![vec![1 << 26]],
+            ReduceCase::Dot => vec![vec![1 << 26], vec![1 << 24]],
+            ReduceCase::SumRows | ReduceCase::SumCols => {
+                vec![vec![16384, 4096], vec![4096, 4096], vec![4096, 16384]]
+            }
+            ReduceCase::Softmax | ReduceCase::LayerNorm => vec![vec![4096, 4096], vec![65536, 1024], vec![1024, 65536]],
+        }
+    }
+
+    /// Scaled-down shapes for a CPU adapter (lavapipe binds at most 128 MiB, and runs about 1000x slower).
+    pub fn small_shapes(self) -> Vec<Vec<usize>> {
+        match self {
+            ReduceCase::SumAll | ReduceCase::Dot => vec![vec![1 << 22]],
+            _ => vec![vec![2048, 1024]],
+        }
+    }
+
+    /// A shape for labels: `2^26` or `16384x4096`.
+    pub fn shape_label(shape: &[usize]) -> String {
+        match shape {
+            [n] if n.is_power_of_two() => format!("2^{}", n.trailing_zeros()),
+            _ => shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"),
+        }
+    }
+
+    /// The lazy expression over `x` ([`ReduceCase::inputs`] tensors of one shape); nothing runs here.
+    pub fn build(self, x: &[Tensor]) -> Tensor {
+        match self {
+            ReduceCase::SumAll => x[0].sum_all(),
+            ReduceCase::Dot => (&x[0] * &x[1]).sum_all(),
+            ReduceCase::SumRows => x[0].sum(-1),
+            ReduceCase::SumCols => x[0].sum(0),
+            ReduceCase::Softmax => x[0].softmax(-1),
+            ReduceCase::LayerNorm => {
+                let x = &x[0];
+                (x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt()
+            }
+        }
+    }
+
+    /// The result on the host in `f64`, each value with the magnitude its error is measured against: the sum of
+    /// the absolute terms for sums, `|value|` for softmax, `max(|value|, 1)` for layer norm.
+    pub fn host(self, x: &[Vec<f32>], shape: &[usize]) -> Vec<(f64, f64)> {
+        let (rows, cols) = match shape {
+            [n] => (1, *n),
+            [r, c] => (*r, *c),
+            _ => panic!("{}: shapes are of rank 1 or 2, not {shape:?}", self.name()),
+        };
+        let row = |r: usize| &x[0][r * cols..(r + 1) * cols];
+        match self {
+            ReduceCase::SumAll => {
+                let (s, a) = x[0].iter().fold((0.0, 0.0), |(s, a), &v| (s + v as f64, a + (v as f64).abs()));
+                vec![(s, a)]
+            }
+            ReduceCase::Dot => {
+                let (s, a) = x[0].iter().zip(&x[1]).fold((0.0, 0.0), |(s, a), (&u, &v)| {
+                    let p = u as f64 * v as f64;
+                    (s + p, a + p.abs())
+                });
+                vec![(s, a)]
+            }
+            ReduceCase::SumRows => (0..rows)
+                .map(|r| row(r).iter().fold((0.0, 0.0), |(s, a), &v| (s + v as f64, a + (v as f64).abs())))
+                .collect(),
+            ReduceCase::SumCols => {
+                let mut out = vec![(0.0, 0.0); cols];
+                for r in 0..rows {
+                    for (o, &v) in out.iter_mut().zip(row(r)) {
+                        o.0 += v as f64;
+                        o.1 += (v as f64).abs();
+                    }
+                }
+                out
+            }
+            ReduceCase::Softmax => {
+                let mut out = Vec::with_capacity(rows * cols);
+                for r in 0..rows {
+                    let m = row(r).iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+                    let s: f64 = row(r).iter().map(|&v| (v as f64 - m).exp()).sum();
+                    out.extend(row(r).iter().map(|&v| {
+                        let y = (v as f64 - m).exp() / s;
+                        (y, y.abs())
+                    }));
+                }
+                out
+            }
+            ReduceCase::LayerNorm => {
+                let mut out = Vec::with_capacity(rows * cols);
+                for r in 0..rows {
+                    let m = row(r).iter().map(|&v| v as f64).sum::<f64>() / cols as f64;
+                    let var = row(r).iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / cols as f64;
+                    let d = (var + 1e-5).sqrt();
+                    out.extend(row(r).iter().map(|&v| {
+                        let y = (v as f64 - m) / d;
+                        (y, y.abs().max(1.0))
+                    }));
+                }
+                out
+            }
+        }
+    }
+
+    /// The largest error of `got` against the host's `want`, each relative to its magnitude; NaN if any value is
+    /// NaN or the lengths differ.
+    pub fn worst_error(got: &[f32], want: &[(f64, f64)]) -> f64 {
+        if got.len() != want.len() {
+            return f64::NAN;
+        }
+        got.iter().zip(want).fold(0.0f64, |w, (&g, &(v, scale))| {
+            let e = (g as f64 - v).abs() / scale.max(f64::MIN_POSITIVE);
+            if e.is_nan() || w.is_nan() {
+                f64::NAN
+            } else {
+                w.max(e)
+            }
+        })
+    }
+}
+
+/// Relative error [`ReduceCase::worst_error`] allows: f32 accumulation over up to 2^26 terms.
+pub const REDUCE_TOLERANCE: f64 = 1e-4;
+
+/// Deterministic inputs in [0, 1), as `torch.rand` (xorshift; `seed` picks the stream).
+pub fn uniform(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect()
 }
