@@ -58,19 +58,29 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.line(1, "let len = (n + chunks - 1u) / chunks;");
     e.line(1, "let lo = j * len;");
     e.line(1, "let hi = min(n, lo + len);");
-    e.line(1, &format!("var acc = {identity};"));
-    if r.rows {
-        e.line(1, &format!("for (var r = lo + lid.x; r < hi; r = r + {wg}u) {{"));
-    } else {
-        e.line(1, "for (var r = lo; r < hi; r = r + 1u) {");
+    // UNROLL independent folds per step, so that many loads are in flight; combined in a fixed order after.
+    let step = if r.rows { format!("{wg}u") } else { "1u".to_string() };
+    let start = if r.rows { "lo + lid.x" } else { "lo" };
+    for u in 0..UNROLL {
+        e.line(1, &format!("var acc{u} = {identity};"));
     }
-    e.line(2, &format!("let c{} = i32(r);", r.axis));
-    // The element's row-major index in the folded shape, for loads at the kernel's own index.
-    e.line(2, &format!("let i = {};", row_major(rank, &dim, |d| format!("u32(c{d})"))));
-    e.range(0..r.prologue, 2);
-    let folded = combine(&mut e, "acc", &format!("t{}", r.value));
-    e.line(2, &format!("acc = {folded};"));
+    e.line(1, &format!("var r = {start};"));
+    e.line(1, &format!("for (; r + {} * {step} < hi; r = r + {UNROLL}u * {step}) {{", UNROLL - 1));
+    for u in 0..UNROLL {
+        e.line(2, "{");
+        element(&mut e, &format!("r + {u}u * {step}"), &format!("acc{u}"), 3);
+        e.line(2, "}");
+    }
     e.line(1, "}");
+    e.line(1, &format!("for (; r < hi; r = r + {step}) {{"));
+    element(&mut e, "r", "acc0", 2);
+    e.line(1, "}");
+    let mut pairs: Vec<String> = (0..UNROLL).map(|u| format!("acc{u}")).collect();
+    while pairs.len() > 1 {
+        let next: Vec<String> = pairs.chunks(2).map(|p| format!("({})", combine(&mut e, &p[0], &p[1]))).collect();
+        pairs = next;
+    }
+    e.line(1, &format!("let acc = {};", pairs[0]));
     if subgroups {
         // Each subgroup folds its lanes at once; its first lane hands the result to a (shorter) tree.
         let op = match r.op {
@@ -129,6 +139,23 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.out.push_str("}\n");
     let Emitter { b, out, .. } = e;
     b.finish(&out)
+}
+
+/// Independent folds each thread keeps, one element each per step.
+const UNROLL: usize = 4;
+
+/// The prologue at axis position `at`, folded into `acc`.
+fn element(e: &mut Emitter, at: &str, acc: &str, depth: usize) {
+    let Kind::Reduce(r) = e.k.kind else { unreachable!("a reduce kernel") };
+    let rank = e.k.shape.ndim();
+    let dims_at = e.k.dims_at.expect("reduce kernels have coordinates");
+    e.line(depth, &format!("let c{} = i32({at});", r.axis));
+    // The element's row-major index in the folded shape, for loads at the kernel's own index.
+    let ix = row_major(rank, &|d| format!("p[{}]", dims_at + d), |d| format!("u32(c{d})"));
+    e.line(depth, &format!("let i = {ix};"));
+    e.range(0..r.prologue, depth);
+    let folded = e.b.binary(r.op.combine(), acc, &format!("t{}", r.value));
+    e.line(depth, &format!("{acc} = {folded};"));
 }
 
 /// The row-major index of coordinates `coord(d)` in a shape of extents `extent(d)`, as a `u32` expression.

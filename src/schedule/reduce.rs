@@ -8,18 +8,21 @@ use crate::graph::{Graph, NodeId, Op};
 use crate::kernel::{Access, Instr, Kernel, Kind, Reduce};
 use crate::shape::Shape;
 
-/// Elements one chunk of a long axis should cover at least, so that partial folds are worth their round trip.
-const MIN_CHUNK: usize = 4096;
+/// Elements one chunk should cover at least, so that partial folds are worth their round trip: a workgroup folds
+/// a chunk of adjacent elements (16 per thread at least), a single thread a chunk of a column.
+const MIN_CHUNK_ROWS: usize = 4096;
+const MIN_CHUNK_COLUMNS: usize = 64;
 
 /// Workgroups a reduction should start at least to keep a large GPU busy.
 const TARGET_GROUPS: usize = 1024;
 
 /// How many chunks to cut an axis of `n` elements into, given `groups` workgroups without chunking.
-fn chunks(n: usize, groups: usize) -> usize {
-    if groups >= TARGET_GROUPS || n < 2 * MIN_CHUNK {
+fn chunks(n: usize, groups: usize, rows: bool) -> usize {
+    let min = if rows { MIN_CHUNK_ROWS } else { MIN_CHUNK_COLUMNS };
+    if groups >= TARGET_GROUPS || n < 2 * min {
         return 1;
     }
-    (TARGET_GROUPS / groups.max(1)).clamp(1, n / MIN_CHUNK)
+    (TARGET_GROUPS / groups.max(1)).clamp(1, n / min)
 }
 
 /// Lowers the group whose first member is a reduce node; `scratch` makes a plan buffer of that many bytes for
@@ -40,7 +43,7 @@ pub(super) fn lower(
     let outputs = out.numel();
     let rows = input.dims()[axis + 1..].iter().all(|&d| d == 1);
     let wg = crate::codegen::WORKGROUP_SIZE as usize;
-    let c = chunks(n, if rows { outputs } else { outputs.div_ceil(wg) });
+    let c = chunks(n, if rows { outputs } else { outputs.div_ceil(wg) }, rows);
 
     // The fold, over the input's shape.
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &input, outputs), slot);

@@ -82,6 +82,8 @@ struct Ctx<'a> {
     inputs: &'a [&'a [f32]],
     /// For each instruction, the concatenations whose parts start there (outermost last).
     cats: Vec<Vec<usize>>,
+    /// For each strided load, its strides and offset, read from the parameters once.
+    views: Vec<Option<(Vec<i64>, i64)>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -92,7 +94,18 @@ impl<'a> Ctx<'a> {
                 cats[parts.first().map_or(q, |p| p.body.start)].push(q);
             }
         }
-        Ctx { k, inputs, cats }
+        let rank = k.shape.ndim();
+        let views = k
+            .body
+            .iter()
+            .map(|instr| match instr {
+                Instr::Load { view: Some(v), .. } => {
+                    Some(((0..rank).map(|d| param(k, v.at + d)).collect(), param(k, v.at + rank)))
+                }
+                _ => None,
+            })
+            .collect();
+        Ctx { k, inputs, cats, views }
     }
 }
 
@@ -108,23 +121,21 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut [Vec<f32>]) {
             i = q + 1;
             continue;
         }
+        // Every instruction overwrites its register whole, so it is only resized, never cleared.
         let mut out = std::mem::take(&mut regs[i]);
-        out.clear();
         out.resize(n, 0.0);
         match &k.body[i] {
             Instr::Load { input, view: None, .. } => match &batch.own {
                 Own::From(lo) => out.copy_from_slice(&inputs[*input][*lo..lo + n]),
                 Own::At(at) => out.iter_mut().zip(at).for_each(|(o, &j)| *o = inputs[*input][j]),
             },
-            Instr::Load { input, view: Some(v), access } => {
+            Instr::Load { input, view: Some(_), access } => {
                 debug_assert!(!matches!(access, Access::Own));
-                let rank = k.shape.ndim();
                 let src = inputs[*input];
-                let strides: Vec<i64> = (0..rank).map(|d| param(k, v.at + d)).collect();
-                let offset = param(k, v.at + rank);
+                let (strides, offset) = ctx.views[i].as_ref().expect("a strided load's view");
                 for (j, o) in out.iter_mut().enumerate() {
-                    let mut at = offset;
-                    for (c, s) in batch.coords.iter().zip(&strides) {
+                    let mut at = *offset;
+                    for (c, s) in batch.coords.iter().zip(strides) {
                         at += c[j] * s;
                     }
                     *o = src[at as usize];

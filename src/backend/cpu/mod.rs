@@ -13,10 +13,16 @@ use std::sync::{Mutex, MutexGuard};
 /// Storage buffers a CPU kernel may bind: there is no hardware limit, but kernels binding many buffers gain nothing.
 const MAX_BINDINGS: usize = 64;
 
-/// Buffers and finished read-backs of one CPU device.
+/// Free buffers kept for reuse beyond this many bytes are dropped: a fresh allocation costs page faults and
+/// zeroing, a reused one neither.
+const MAX_FREE_BYTES: usize = 1 << 30;
+
+/// Buffers, free buffers by length, and finished read-backs of one CPU device.
 #[derive(Default)]
 struct State {
     buffers: SlotMap<BufferKey, Vec<f32>>,
+    free: std::collections::HashMap<usize, Vec<Vec<f32>>>,
+    free_bytes: usize,
     reads: SlotMap<ReadId, Vec<f32>>,
 }
 
@@ -25,12 +31,23 @@ pub(crate) struct CpuBackend {
     state: Mutex<State>,
 }
 
-/// A zeroed buffer of `len` elements, or `Error::OutOfMemory` (never an abort).
-fn alloc(len: usize) -> Result<Vec<f32>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|e| Error::OutOfMemory(format!("{} bytes on the CPU: {e}", len * 4)))?;
-    v.resize(len, 0.0);
-    Ok(v)
+/// A zeroed buffer of `len` elements, or `Error::OutOfMemory` (never an abort). Zeroed by the allocator, so a large
+/// one is fresh pages from the system rather than a pass of stores.
+fn alloc_zeroed(len: usize) -> Result<Vec<f32>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let oom = || Error::OutOfMemory(format!("{} bytes on the CPU", len * 4));
+    let layout = std::alloc::Layout::array::<f32>(len).map_err(|_| oom())?;
+    // SAFETY: the layout is non-empty; a null pointer is handled; the memory is zeroed, a valid bit pattern for
+    // f32, and is handed to a Vec with the layout's length and capacity, which frees it with the same layout.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut f32;
+        if ptr.is_null() {
+            return Err(oom());
+        }
+        Ok(Vec::from_raw_parts(ptr, len, len))
+    }
 }
 
 impl CpuBackend {
@@ -44,8 +61,17 @@ impl CpuBackend {
 }
 
 impl State {
-    fn insert(&mut self, v: Vec<f32>, stats: &mut Stats) -> BufferKey {
+    /// A buffer of `len` elements: a free one of that length, or a new one (counted).
+    fn alloc(&mut self, len: usize, stats: &mut Stats) -> Result<Vec<f32>> {
+        if let Some(v) = self.free.get_mut(&len).and_then(Vec::pop) {
+            self.free_bytes -= len * 4;
+            return Ok(v);
+        }
         stats.buffers_allocated += 1;
+        alloc_zeroed(len)
+    }
+
+    fn insert(&mut self, v: Vec<f32>, stats: &mut Stats) -> BufferKey {
         stats.live_buffer_bytes += v.len() as u64 * 4;
         stats.peak_buffer_bytes = stats.peak_buffer_bytes.max(stats.live_buffer_bytes);
         self.buffers.insert(v)
@@ -54,6 +80,10 @@ impl State {
     fn remove(&mut self, key: BufferKey, stats: &mut Stats) {
         if let Some(v) = self.buffers.remove(key) {
             stats.live_buffer_bytes -= v.len() as u64 * 4;
+            if self.free_bytes + v.len() * 4 <= MAX_FREE_BYTES {
+                self.free_bytes += v.len() * 4;
+                self.free.entry(v.len()).or_default().push(v);
+            }
         }
     }
 }
@@ -85,7 +115,7 @@ impl Backend for CpuBackend {
                     Data::Existing(key) => Some(key),
                     // The values stay in host memory: nothing moves between devices, so nothing is counted.
                     Data::Upload(values) => {
-                        let mut v = alloc(values.len())?;
+                        let mut v = st.alloc(values.len(), stats)?;
                         v.copy_from_slice(values);
                         let key = st.insert(v, stats);
                         created.push(key);
@@ -97,7 +127,7 @@ impl Backend for CpuBackend {
             for (n, kernel) in job.kernels.iter().enumerate() {
                 let mut outs: Vec<Vec<f32>> = Vec::with_capacity(kernel.outputs.len());
                 for &(slot, _) in &kernel.outputs {
-                    outs.push(alloc((job.buffers[slot].bytes / 4) as usize)?);
+                    outs.push(st.alloc((job.buffers[slot].bytes / 4) as usize, stats)?);
                 }
                 {
                     let inputs: Vec<&[f32]> = kernel
