@@ -36,29 +36,35 @@ struct Batch {
 }
 
 impl Batch {
-    /// Elements `lo..hi` of `k`'s row-major order.
-    fn range(k: &Kernel, lo: usize, hi: usize) -> Batch {
+    fn empty() -> Batch {
+        Batch { len: 0, own: Own::From(0), coords: Vec::new(), folded: Vec::new() }
+    }
+
+    /// Becomes elements `lo..hi` of `k`'s row-major order, reusing its vectors.
+    fn fill(&mut self, k: &Kernel, lo: usize, hi: usize) {
+        self.len = hi - lo;
+        self.own = Own::From(lo);
+        if k.dims_at.is_none() {
+            return;
+        }
         let dims = k.shape.dims();
-        let coords = if k.dims_at.is_some() {
-            let mut coords = vec![Vec::with_capacity(hi - lo); dims.len()];
-            let mut c = unravel(lo, dims);
-            for _ in lo..hi {
-                for (axis, v) in coords.iter_mut().zip(&c) {
-                    axis.push(*v);
-                }
-                for d in (0..dims.len()).rev() {
-                    c[d] += 1;
-                    if c[d] < dims[d] as i64 || d == 0 {
-                        break;
-                    }
-                    c[d] = 0;
-                }
+        self.coords.resize(dims.len(), Vec::new());
+        let mut c = unravel(lo, dims);
+        for axis in &mut self.coords {
+            axis.clear();
+        }
+        for _ in lo..hi {
+            for (axis, v) in self.coords.iter_mut().zip(&c) {
+                axis.push(*v);
             }
-            coords
-        } else {
-            Vec::new()
-        };
-        Batch { len: hi - lo, own: Own::From(lo), coords, folded: Vec::new() }
+            for d in (0..dims.len()).rev() {
+                c[d] += 1;
+                if c[d] < dims[d] as i64 || d == 0 {
+                    break;
+                }
+                c[d] = 0;
+            }
+        }
     }
 }
 
@@ -109,8 +115,29 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Evaluates instructions `range` over `batch`, each into `regs[instruction]`.
-fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut [Vec<f32>]) {
+/// Each instruction's values over the current batch: computed into its own vector, or, for a load at the kernel's
+/// own index over consecutive elements, a window of the input itself (no copy).
+struct Regs {
+    vals: Vec<Vec<f32>>,
+    window: Vec<Option<(usize, usize)>>,
+}
+
+impl Regs {
+    fn new(n: usize) -> Regs {
+        Regs { vals: vec![Vec::new(); n], window: vec![None; n] }
+    }
+
+    /// The values of instruction `i` over a batch of `len` elements.
+    fn get<'a>(&'a self, ctx: &'a Ctx, i: usize, len: usize) -> &'a [f32] {
+        match self.window[i] {
+            Some((input, lo)) => &ctx.inputs[input][lo..lo + len],
+            None => &self.vals[i],
+        }
+    }
+}
+
+/// Evaluates instructions `range` over `batch`, each into `regs`.
+fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
     let (k, inputs) = (ctx.k, ctx.inputs);
     let n = batch.len;
     let mut i = range.start;
@@ -121,12 +148,18 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut [Vec<f32>]) {
             i = q + 1;
             continue;
         }
+        if let (Instr::Load { input, view: None, .. }, Own::From(lo)) = (&k.body[i], &batch.own) {
+            regs.window[i] = Some((*input, *lo));
+            i += 1;
+            continue;
+        }
+        regs.window[i] = None;
         // Every instruction overwrites its register whole, so it is only resized, never cleared.
-        let mut out = std::mem::take(&mut regs[i]);
+        let mut out = std::mem::take(&mut regs.vals[i]);
         out.resize(n, 0.0);
         match &k.body[i] {
             Instr::Load { input, view: None, .. } => match &batch.own {
-                Own::From(lo) => out.copy_from_slice(&inputs[*input][*lo..lo + n]),
+                Own::From(_) => unreachable!("a window, above"),
                 Own::At(at) => out.iter_mut().zip(at).for_each(|(o, &j)| *o = inputs[*input][j]),
             },
             Instr::Load { input, view: Some(_), access } => {
@@ -142,18 +175,18 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut [Vec<f32>]) {
                 }
             }
             Instr::Scalar(at) => out.fill(f32::from_bits(k.params[*at])),
-            Instr::Unary(op, a) => op.eval_slice(&regs[*a], &mut out),
-            Instr::Binary(op, a, b) => op.eval_slice(&regs[*a], &regs[*b], &mut out),
+            Instr::Unary(op, a) => op.eval_slice(regs.get(ctx, *a, n), &mut out),
+            Instr::Binary(op, a, b) => op.eval_slice(regs.get(ctx, *a, n), regs.get(ctx, *b, n), &mut out),
             Instr::Reduced => out.copy_from_slice(&batch.folded),
             Instr::Cat { .. } => unreachable!("handled above"),
         }
-        regs[i] = out;
+        regs.vals[i] = out;
         i += 1;
     }
 }
 
 /// Evaluates the concatenation at instruction `q`: each part on the elements whose selecting coordinate falls in it.
-fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut [Vec<f32>]) {
+fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
     let k = ctx.k;
     let Instr::Cat { axis, parts, .. } = &k.body[q] else { unreachable!() };
     let mut out = vec![0.0; batch.len];
@@ -179,7 +212,7 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut [Vec<f32>]) {
         let folded = if batch.folded.is_empty() { Vec::new() } else { at.iter().map(|&j| batch.folded[j]).collect() };
         let sub = Batch { len: at.len(), own, coords, folded };
         // Values from outside the part that it reads, narrowed to its elements.
-        let mut sub_regs: Vec<Vec<f32>> = vec![Vec::new(); k.body.len()];
+        let mut sub_regs = Regs::new(k.body.len());
         for instr in &k.body[part.body.clone()] {
             let operands: &[usize] = match instr {
                 Instr::Unary(_, a) => std::slice::from_ref(a),
@@ -187,18 +220,21 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut [Vec<f32>]) {
                 _ => &[],
             };
             for &o in operands {
-                if o < part.body.start && sub_regs[o].is_empty() {
-                    sub_regs[o] = at.iter().map(|&j| regs[o][j]).collect();
+                if o < part.body.start && sub_regs.vals[o].is_empty() {
+                    let values = regs.get(ctx, o, batch.len);
+                    sub_regs.vals[o] = at.iter().map(|&j| values[j]).collect();
                 }
             }
         }
         eval(ctx, part.body.clone(), &sub, &mut sub_regs);
+        let values = sub_regs.get(ctx, part.value, at.len());
         for (n, &j) in at.iter().enumerate() {
-            out[j] = sub_regs[part.value][n];
+            out[j] = values[n];
             taken[j] = true;
         }
     }
-    regs[q] = out;
+    regs.window[q] = None;
+    regs.vals[q] = out;
 }
 
 /// Runs an elementwise kernel.
@@ -207,15 +243,17 @@ pub(super) fn elementwise(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f3
     let numel = k.shape.numel();
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
     (0..numel.div_ceil(TASK)).into_par_iter().for_each(|t| {
-        let mut regs = vec![Vec::new(); k.body.len()];
+        let mut regs = Regs::new(k.body.len());
+        let mut batch = Batch::empty();
         let end = numel.min((t + 1) * TASK);
         for lo in (t * TASK..end).step_by(BATCH) {
             let hi = end.min(lo + BATCH);
-            eval(&ctx, 0..k.body.len(), &Batch::range(k, lo, hi), &mut regs);
+            batch.fill(k, lo, hi);
+            eval(&ctx, 0..k.body.len(), &batch, &mut regs);
             for (o, &(_, v)) in outs.iter().zip(&k.outputs) {
                 // SAFETY: tasks write disjoint ranges `lo..hi` of outputs of `numel` elements.
                 let dst = unsafe { std::slice::from_raw_parts_mut(o.0.add(lo), hi - lo) };
-                dst.copy_from_slice(&regs[v]);
+                dst.copy_from_slice(regs.get(&ctx, v, hi - lo));
             }
         }
     });
@@ -252,22 +290,25 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
     let mut out_dims = dims.clone();
     out_dims[r.axis] = 1;
+    let strided =
+        k.body[..r.prologue].iter().any(|i| matches!(i, Instr::Load { view: Some(_), .. } | Instr::Cat { .. }));
     (0..blocks * chunks).into_par_iter().for_each(|t| {
         let (b, j) = (t / chunks, t % chunks);
         let block = b * BATCH..out_count.min((b + 1) * BATCH);
         let (lo, hi) = (j * len, n.min(j * len + len));
-        let mut regs = vec![Vec::new(); k.body.len()];
+        let mut regs = Regs::new(k.body.len());
         let mut folded = Vec::with_capacity(block.len());
+        let mut scratch = Vec::with_capacity(BATCH);
         for o in block.clone() {
             let base = unravel(o, &out_dims);
             let mut acc = r.op.identity();
             for s in (lo..hi).step_by(BATCH) {
                 let e = hi.min(s + BATCH);
-                let batch = along_axis(&dims, &r, &base, s..e);
+                let batch = along_axis(&dims, &r, &base, s..e, strided);
                 eval(&ctx, 0..r.prologue, &batch, &mut regs);
-                let mut v = std::mem::take(&mut regs[r.value]);
-                acc = r.op.combine().eval(acc, tree(r.op, &mut v));
-                regs[r.value] = v;
+                scratch.clear();
+                scratch.extend_from_slice(regs.get(&ctx, r.value, e - s));
+                acc = r.op.combine().eval(acc, tree(r.op, &mut scratch));
             }
             folded.push(acc);
         }
@@ -291,18 +332,30 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
         for (o, &(_, v)) in outs.iter().zip(&k.outputs) {
             // SAFETY: blocks of outputs are disjoint between tasks (a final fold has one chunk).
             let dst = unsafe { std::slice::from_raw_parts_mut(o.0.add(block.start), block.len()) };
-            dst.copy_from_slice(&regs[v]);
+            dst.copy_from_slice(regs.get(&ctx, v, block.len()));
         }
     });
 }
 
-/// The elements `range` along the folded axis at the output whose coordinates are `base`.
-fn along_axis(dims: &[usize], r: &Reduce, base: &[i64], range: Range<usize>) -> Batch {
+/// The elements `range` along the folded axis at the output whose coordinates are `base`. Coordinates are made
+/// only when the prologue reads through a view (`coords`); when the folded elements are adjacent they are a window
+/// of the inputs.
+fn along_axis(dims: &[usize], r: &Reduce, base: &[i64], range: Range<usize>, coords: bool) -> Batch {
     let len = range.len();
-    let coords: Vec<Vec<i64>> = (0..dims.len())
-        .map(|d| if d == r.axis { range.clone().map(|x| x as i64).collect() } else { vec![base[d]; len] })
-        .collect();
-    let own =
-        Own::At((0..len).map(|j| coords.iter().zip(dims).fold(0usize, |a, (c, &d)| a * d + c[j] as usize)).collect());
+    let linear = |c: &dyn Fn(usize) -> i64| (0..dims.len()).fold(0usize, |a, d| a * dims[d] + c(d) as usize);
+    let own = if r.rows {
+        Own::From(linear(&|d| if d == r.axis { range.start as i64 } else { base[d] }))
+    } else {
+        let stride: usize = dims[r.axis + 1..].iter().product();
+        let first = linear(&|d| if d == r.axis { range.start as i64 } else { base[d] });
+        Own::At((0..len).map(|j| first + j * stride).collect())
+    };
+    let coords = if coords {
+        (0..dims.len())
+            .map(|d| if d == r.axis { range.clone().map(|x| x as i64).collect() } else { vec![base[d]; len] })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Batch { len, own, coords, folded: Vec::new() }
 }
