@@ -80,7 +80,12 @@ impl Emitter<'_> {
                 let inner = pi(v.at + self.k.shape.ndim() - 1);
                 match (wide, access) {
                     (false, _) => format!("i{input}[u32(x{n})]"),
-                    (true, Access::Vector) => format!("i{input}[u32(x{n}) / 4u]"),
+                    (true, Access::Vector) if self.k.inputs[*input].1 => format!("i{input}[u32(x{n}) / 4u]"),
+                    // The same input read another way too is bound as scalars: 4 adjacent loads.
+                    (true, Access::Vector) => format!(
+                        "vec4<f32>(i{input}[u32(x{n})], i{input}[u32(x{n}) + 1u], i{input}[u32(x{n}) + 2u], \
+                         i{input}[u32(x{n}) + 3u])"
+                    ),
                     (true, Access::Splat) => format!("vec4<f32>(i{input}[u32(x{n})])"),
                     (true, _) => format!(
                         "vec4<f32>(i{input}[u32(x{n})], i{input}[u32(x{n} + {inner})], \
@@ -94,6 +99,7 @@ impl Emitter<'_> {
             Instr::Binary(op, a, b) => self.b.binary(*op, &format!("t{a}"), &format!("t{b}")),
             Instr::Cat { .. } => return self.cat(n, depth),
             Instr::Reduced => "folded".to_string(),
+            Instr::Folded(f) => format!("f{f}"),
         };
         self.line(depth, &format!("let t{n} = {rhs};"));
     }
