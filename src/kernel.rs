@@ -15,6 +15,20 @@ pub enum Kind {
     /// A fold along one axis of the iteration shape, with an elementwise prologue (what is folded) and epilogue
     /// (what is computed from the folded value).
     Reduce(Reduce),
+    /// A workgroup per row of the iteration shape along `axis` (the innermost), running [`Kernel::phases`] in
+    /// order: folds of the row, each able to read the folds before it, and maps over the row that read them. The
+    /// row is read from memory once; later phases find it in cache. Softmax and layer norm are one such kernel.
+    Rows { axis: usize },
+}
+
+/// One phase of a [`Kind::Rows`] kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Fold the value of instruction `value`, computed by `body` per element of the row, with `op`; its result is
+    /// [`Instr::Folded`] to later phases, and is stored at the row's index to `outputs[output]` if set.
+    Fold { op: ReduceOp, body: std::ops::Range<usize>, value: usize, output: Option<usize> },
+    /// Compute `body` per element of the row and store the outputs `outputs` (indices into `Kernel::outputs`).
+    Map { body: std::ops::Range<usize>, outputs: Vec<usize> },
 }
 
 /// How a reduce kernel folds. The kernel's `shape` is the folded domain; its outputs have that shape with the
@@ -100,6 +114,8 @@ pub enum Instr {
     Binary(BinaryOp, usize, usize),
     /// In a reduce kernel's epilogue: the folded value.
     Reduced,
+    /// In a rows kernel: the result of its `n`th fold phase, the same for the whole row.
+    Folded(usize),
     /// The part of a concatenation that the coordinate `axis` of frame `frame` falls in: the first part whose
     /// bound exceeds it.
     Cat {
@@ -135,6 +151,8 @@ pub struct Kernel {
     /// the rows and not along the columns (a transposed operand) is read down columns, so loading it by element
     /// touches a new cache line per element; a tile reads it along its rows and hands it over transposed.
     pub tiles: Vec<usize>,
+    /// The phases of a [`Kind::Rows`] kernel (empty for other kinds).
+    pub phases: Vec<Phase>,
     /// Graph ops this kernel computes, for debugging output.
     pub fused_ops: usize,
 }
@@ -142,6 +160,9 @@ pub struct Kernel {
 impl Kernel {
     /// Threads the kernel runs.
     pub fn threads(&self) -> usize {
+        if let Kind::Rows { .. } = self.kind {
+            return self.params[0] as usize * crate::codegen::WORKGROUP_SIZE as usize;
+        }
         if let Kind::Reduce(r) = self.kind {
             let outputs = self.params[0] as usize;
             let chunks = self.params[r.chunks_at] as usize;

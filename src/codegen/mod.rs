@@ -7,6 +7,7 @@
 
 mod elementwise;
 mod reduce;
+mod rows;
 
 use crate::kernel::{Kernel, Kind};
 use crate::op::{BinaryOp, Helper, UnaryOp};
@@ -165,6 +166,7 @@ pub fn generate(kernel: &Kernel, target: &Target) -> String {
     match kernel.kind {
         Kind::Elementwise => elementwise::generate(kernel),
         Kind::Reduce(_) => reduce::generate(kernel, target),
+        Kind::Rows { .. } => rows::generate(kernel, target),
     }
 }
 

@@ -19,8 +19,6 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let rank = k.shape.ndim();
     let at = k.dims_at.expect("reduce kernels have coordinates");
     let dim = |d: usize| format!("p[{}]", at + d);
-    let combine = |e: &mut Emitter, a: &str, b: &str| e.b.binary(r.op.combine(), a, b);
-    let identity = format!("bitcast<f32>({}u)", r.op.identity().to_bits());
     let wg = WORKGROUP_SIZE;
     if r.rows {
         let _ = writeln!(e.out, "var<workgroup> red: array<f32, {wg}>;");
@@ -58,61 +56,11 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.line(1, "let len = (n + chunks - 1u) / chunks;");
     e.line(1, "let lo = j * len;");
     e.line(1, "let hi = min(n, lo + len);");
-    // UNROLL independent folds per step, so that many loads are in flight; combined in a fixed order after.
+    let f = Fold { op: r.op, axis: r.axis, body: 0..r.prologue, value: r.value };
     let step = if r.rows { format!("{wg}u") } else { "1u".to_string() };
-    let start = if r.rows { "lo + lid.x" } else { "lo" };
-    for u in 0..UNROLL {
-        e.line(1, &format!("var acc{u} = {identity};"));
-    }
-    e.line(1, &format!("var r = {start};"));
-    e.line(1, &format!("for (; r + {} * {step} < hi; r = r + {UNROLL}u * {step}) {{", UNROLL - 1));
-    for u in 0..UNROLL {
-        e.line(2, "{");
-        element(&mut e, &format!("r + {u}u * {step}"), &format!("acc{u}"), 3);
-        e.line(2, "}");
-    }
-    e.line(1, "}");
-    e.line(1, &format!("for (; r < hi; r = r + {step}) {{"));
-    element(&mut e, "r", "acc0", 2);
-    e.line(1, "}");
-    let mut pairs: Vec<String> = (0..UNROLL).map(|u| format!("acc{u}")).collect();
-    while pairs.len() > 1 {
-        let next: Vec<String> = pairs.chunks(2).map(|p| format!("({})", combine(&mut e, &p[0], &p[1]))).collect();
-        pairs = next;
-    }
-    e.line(1, &format!("let acc = {};", pairs[0]));
-    if subgroups {
-        // Each subgroup folds its lanes at once; its first lane hands the result to a (shorter) tree.
-        let op = match r.op {
-            ReduceOp::Sum => "subgroupAdd",
-            ReduceOp::Prod => "subgroupMul",
-            ReduceOp::Max => "subgroupMax",
-            ReduceOp::Min => "subgroupMin",
-        };
-        if matches!(r.op, ReduceOp::Max | ReduceOp::Min) {
-            // Hardware max and min may drop NaN; lazor's propagate it.
-            e.line(1, "let nan = subgroupAny((bitcast<u32>(acc) & 0x7fffffffu) > 0x7f800000u);");
-            e.line(1, &format!("let part = select({op}(acc), bitcast<f32>(0x7fc00000u), nan);"));
-        } else {
-            e.line(1, &format!("let part = {op}(acc);"));
-        }
-        e.line(1, "if (lane == 0u) { red[lid.x / lanes] = part; }");
-        e.line(1, "workgroupBarrier();");
-        e.line(1, &format!("for (var s = {wg}u / lanes / 2u; s > 0u; s = s >> 1u) {{"));
-        let pair = combine(&mut e, "red[lid.x]", "red[lid.x + s]");
-        e.line(2, &format!("if (lid.x < s) {{ red[lid.x] = {pair}; }}"));
-        e.line(2, "workgroupBarrier();");
-        e.line(1, "}");
-        e.line(1, "if (lid.x != 0u) { return; }");
-        e.line(1, "let folded = red[0];");
-    } else if r.rows {
-        e.line(1, "red[lid.x] = acc;");
-        e.line(1, "workgroupBarrier();");
-        e.line(1, &format!("for (var s = {}u; s > 0u; s = s >> 1u) {{", wg / 2));
-        let pair = combine(&mut e, "red[lid.x]", "red[lid.x + s]");
-        e.line(2, &format!("if (lid.x < s) {{ red[lid.x] = {pair}; }}"));
-        e.line(2, "workgroupBarrier();");
-        e.line(1, "}");
+    accumulate(&mut e, &f, if r.rows { "lo + lid.x" } else { "lo" }, &step, "hi", 1);
+    if r.rows {
+        tree(&mut e, r.op, subgroups, 1);
         e.line(1, "if (lid.x != 0u) { return; }");
         e.line(1, "let folded = red[0];");
     } else {
@@ -144,22 +92,89 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
 /// Independent folds each thread keeps, one element each per step.
 const UNROLL: usize = 4;
 
-/// The prologue at axis position `at`, folded into `acc`.
-fn element(e: &mut Emitter, at: &str, acc: &str, depth: usize) {
-    let Kind::Reduce(r) = e.k.kind else { unreachable!("a reduce kernel") };
+/// What one fold loop computes: instructions `body` give the element folded (in `value`) with `op` along `axis`.
+pub(super) struct Fold {
+    pub op: ReduceOp,
+    pub axis: usize,
+    pub body: std::ops::Range<usize>,
+    pub value: usize,
+}
+
+/// Declares `acc` and folds into it the elements `start`, `start + step`, ... below `end` along the fold's axis:
+/// `UNROLL` independent folds per step, so that many loads are in flight, combined in a fixed order after.
+pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end: &str, depth: usize) {
+    let identity = format!("bitcast<f32>({}u)", f.op.identity().to_bits());
+    for u in 0..UNROLL {
+        e.line(depth, &format!("var acc{u} = {identity};"));
+    }
+    e.line(depth, &format!("var r = {start};"));
+    e.line(depth, &format!("for (; r + {} * {step} < {end}; r = r + {UNROLL}u * {step}) {{", UNROLL - 1));
+    for u in 0..UNROLL {
+        e.line(depth + 1, "{");
+        element(e, f, &format!("r + {u}u * {step}"), &format!("acc{u}"), depth + 2);
+        e.line(depth + 1, "}");
+    }
+    e.line(depth, "}");
+    e.line(depth, &format!("for (; r < {end}; r = r + {step}) {{"));
+    element(e, f, "r", "acc0", depth + 1);
+    e.line(depth, "}");
+    let mut pairs: Vec<String> = (0..UNROLL).map(|u| format!("acc{u}")).collect();
+    while pairs.len() > 1 {
+        let next: Vec<String> =
+            pairs.chunks(2).map(|p| format!("({})", e.b.binary(f.op.combine(), &p[0], &p[1]))).collect();
+        pairs = next;
+    }
+    e.line(depth, &format!("let acc = {};", pairs[0]));
+}
+
+/// Folds every thread's `acc` across the workgroup into `red[0]`, valid for every thread after the last barrier:
+/// subgroups first where `subgroups`, then a tree in workgroup memory.
+pub(super) fn tree(e: &mut Emitter, op: ReduceOp, subgroups: bool, depth: usize) {
+    let wg = WORKGROUP_SIZE;
+    let start = if subgroups {
+        // Each subgroup folds its lanes at once; its first lane hands the result to a (shorter) tree.
+        let sg = match op {
+            ReduceOp::Sum => "subgroupAdd",
+            ReduceOp::Prod => "subgroupMul",
+            ReduceOp::Max => "subgroupMax",
+            ReduceOp::Min => "subgroupMin",
+        };
+        if matches!(op, ReduceOp::Max | ReduceOp::Min) {
+            // Hardware max and min may drop NaN; lazor's propagate it.
+            e.line(depth, "let nan = subgroupAny((bitcast<u32>(acc) & 0x7fffffffu) > 0x7f800000u);");
+            e.line(depth, &format!("let part = select({sg}(acc), bitcast<f32>(0x7fc00000u), nan);"));
+        } else {
+            e.line(depth, &format!("let part = {sg}(acc);"));
+        }
+        e.line(depth, "if (lane == 0u) { red[lid.x / lanes] = part; }");
+        format!("{wg}u / lanes / 2u")
+    } else {
+        e.line(depth, "red[lid.x] = acc;");
+        format!("{}u", wg / 2)
+    };
+    e.line(depth, "workgroupBarrier();");
+    e.line(depth, &format!("for (var s = {start}; s > 0u; s = s >> 1u) {{"));
+    let pair = e.b.binary(op.combine(), "red[lid.x]", "red[lid.x + s]");
+    e.line(depth + 1, &format!("if (lid.x < s) {{ red[lid.x] = {pair}; }}"));
+    e.line(depth + 1, "workgroupBarrier();");
+    e.line(depth, "}");
+}
+
+/// The fold's element at axis position `at`, folded into `acc`.
+fn element(e: &mut Emitter, f: &Fold, at: &str, acc: &str, depth: usize) {
     let rank = e.k.shape.ndim();
-    let dims_at = e.k.dims_at.expect("reduce kernels have coordinates");
-    e.line(depth, &format!("let c{} = i32({at});", r.axis));
+    let dims_at = e.k.dims_at.expect("folds have coordinates");
+    e.line(depth, &format!("let c{} = i32({at});", f.axis));
     // The element's row-major index in the folded shape, for loads at the kernel's own index.
     let ix = row_major(rank, &|d| format!("p[{}]", dims_at + d), |d| format!("u32(c{d})"));
     e.line(depth, &format!("let i = {ix};"));
-    e.range(0..r.prologue, depth);
-    let folded = e.b.binary(r.op.combine(), acc, &format!("t{}", r.value));
+    e.range(f.body.clone(), depth);
+    let folded = e.b.binary(f.op.combine(), acc, &format!("t{}", f.value));
     e.line(depth, &format!("{acc} = {folded};"));
 }
 
 /// The row-major index of coordinates `coord(d)` in a shape of extents `extent(d)`, as a `u32` expression.
-fn row_major(rank: usize, extent: &dyn Fn(usize) -> String, coord: impl Fn(usize) -> String) -> String {
+pub(super) fn row_major(rank: usize, extent: &dyn Fn(usize) -> String, coord: impl Fn(usize) -> String) -> String {
     let mut ix = "0u".to_string();
     for d in 0..rank {
         ix = format!("({ix}) * {} + {}", extent(d), coord(d));

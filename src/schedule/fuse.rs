@@ -33,8 +33,11 @@ pub struct Options {
 /// A group of materialized nodes: one future kernel.
 pub(super) struct Group {
     pub shape: Shape,
-    /// The reduce node a reduce group starts with; the other members are its epilogue.
+    /// The reduce node a reduce group starts with; the other members are its epilogue, or, in a rows group,
+    /// further folds and maps over the same rows.
     pub reduce: Option<NodeId>,
+    /// A rows group: folds over the rows of one domain and maps over them, the later reading the earlier.
+    pub rows: bool,
     pub members: Vec<NodeId>,
     /// Buffers the group reads (leaves and other groups' members).
     pub inputs: LeafSet,
@@ -173,8 +176,28 @@ pub(super) fn materialize(
     fusion
 }
 
-/// Assigns materialized nodes (in topological order) to kernels.
-pub(super) fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Options) -> Vec<Group> {
+/// The domain and axis a fold runs over, when a workgroup can own each of its rows: the folded elements are
+/// adjacent (every later axis has extent 1) and one pass per row keeps the device busy (no two-stage split).
+fn row_fold(graph: &Graph, id: NodeId) -> Option<(&Shape, usize)> {
+    match graph.node(id).op {
+        Op::Reduce(_, x, axis) => {
+            let domain = &graph.node(x).shape;
+            let adjacent = domain.dims()[axis + 1..].iter().all(|&d| d == 1);
+            let rows = graph.node(id).shape.numel();
+            (adjacent && super::reduce::one_pass(domain.dims()[axis], rows)).then_some((domain, axis))
+        }
+        _ => None,
+    }
+}
+
+/// Assigns materialized nodes (in topological order) to kernels. Nodes in `no_rows` never join a rows group.
+pub(super) fn group(
+    graph: &Graph,
+    order: &[NodeId],
+    fusion: &Fusion,
+    opts: &Options,
+    no_rows: &HashSet<NodeId>,
+) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: HashMap<NodeId, usize> = HashMap::new();
     for &id in order.iter().filter(|id| fusion.materialized.contains(id)) {
@@ -182,6 +205,11 @@ pub(super) fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Opt
         let is_reduce = matches!(graph.node(id).op, Op::Reduce(..));
         let Inlined { leaves: deps, strided, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
+            if let Some(rows) = joins_rows(graph, g, grp, id, &deps, &group_of, no_rows) {
+                return rows
+                    && bindings_fit(grp, &deps, g, &group_of, opts.max_bindings)
+                    && grp.ops + ops <= opts.max_ops;
+            }
             // A fold starts its own kernel; its epilogue takes only members that read the fold.
             if is_reduce || squeezed(&grp.shape) != squeezed(shape) || grp.reduce.is_some_and(|r| !deps.contains(&r)) {
                 return false;
@@ -209,9 +237,22 @@ pub(super) fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Opt
         };
         let g = target.unwrap_or_else(|| {
             let reduce = is_reduce.then_some(id);
-            groups.push(Group { shape: shape.clone(), reduce, members: Vec::new(), inputs: LeafSet::new(), ops: 0 });
+            let grp = Group {
+                shape: shape.clone(),
+                reduce,
+                rows: false,
+                members: Vec::new(),
+                inputs: LeafSet::new(),
+                ops: 0,
+            };
+            groups.push(grp);
             groups.len() - 1
         });
+        if groups[g].reduce.is_some_and(|r| r != id)
+            && joins_rows(graph, g, &groups[g], id, &deps, &group_of, no_rows) == Some(true)
+        {
+            groups[g].rows = true;
+        }
         for d in deps.iter().filter(|d| group_of.get(d) != Some(&g)) {
             add(&mut groups[g].inputs, *d);
         }
@@ -220,4 +261,56 @@ pub(super) fn group(graph: &Graph, order: &[NodeId], fusion: &Fusion, opts: &Opt
         group_of.insert(id, g);
     }
     groups
+}
+
+/// Whether `id` can join reduce group `g` as part of a rows kernel: `None` when the group cannot be one (then the
+/// epilogue rule applies), `Some(false)` when it could but `id` does not fit.
+fn joins_rows(
+    graph: &Graph,
+    g: usize,
+    grp: &Group,
+    id: NodeId,
+    deps: &LeafSet,
+    group_of: &HashMap<NodeId, usize>,
+    no_rows: &HashSet<NodeId>,
+) -> Option<bool> {
+    let first = grp.reduce?;
+    let (domain, axis) = row_fold(graph, first)?;
+    // An epilogue already joined: the group stays a fold with its epilogue.
+    if !grp.rows && grp.members.len() > 1 {
+        return None;
+    }
+    let node = graph.node(id);
+    let same_rows = match node.op {
+        Op::Reduce(..) => row_fold(graph, id) == Some((domain, axis)),
+        _ => squeezed(&node.shape) == squeezed(domain),
+    };
+    if !same_rows {
+        return if grp.rows { Some(false) } else { None };
+    }
+    if no_rows.contains(&id) {
+        return Some(false);
+    }
+    // Inside the group it may read folds only (through their broadcast along the rows), and must read one.
+    let is_fold = |d: &NodeId| matches!(graph.node(*d).op, Op::Reduce(..));
+    let mut reads_fold = false;
+    for d in deps {
+        if let Some(&dg) = group_of.get(d) {
+            if dg > g || (dg == g && !is_fold(d)) {
+                return Some(false);
+            }
+            reads_fold |= dg == g;
+        }
+    }
+    Some(reads_fold)
+}
+
+/// Whether the group still binds at most `max` buffers with `deps` added (outputs counted as if every member
+/// were one).
+fn bindings_fit(grp: &Group, deps: &LeafSet, g: usize, group_of: &HashMap<NodeId, usize>, max: usize) -> bool {
+    let mut inputs = grp.inputs.clone();
+    for d in deps.iter().filter(|d| group_of.get(d) != Some(&g)) {
+        add(&mut inputs, *d);
+    }
+    1 + grp.members.len() + 1 + inputs.len() <= max
 }

@@ -45,6 +45,10 @@ pub(super) struct Lowerer<'a> {
     slot: &'a mut dyn FnMut(NodeId) -> usize,
     cache: HashMap<(NodeId, Mapping), usize>,
     views: HashMap<(View, usize), usize>,
+    /// In a rows kernel: its folds lowered so far (by phase), the axis of its rows, and the member being lowered.
+    pub folds: HashMap<NodeId, usize>,
+    pub row_axis: Option<usize>,
+    pub current: Option<NodeId>,
 }
 
 impl<'a> Lowerer<'a> {
@@ -65,7 +69,23 @@ impl<'a> Lowerer<'a> {
             slot,
             cache: HashMap::new(),
             views: HashMap::new(),
+            folds: HashMap::new(),
+            row_axis: None,
+            current: None,
         }
+    }
+
+    /// Whether `m` reads fold `id` (shape: the domain with the rows' axis at extent 1) broadcast along the rows:
+    /// every element of a row sees the row's fold.
+    fn row_broadcast(&self, id: NodeId, m: &Mapping) -> bool {
+        let Some(axis) = self.row_axis else { return false };
+        let shape = &self.graph.node(id).shape;
+        let cs = contiguous_strides(shape);
+        let dims = m.view.shape.dims();
+        m.frame == 0
+            && m.view.shape == self.domain
+            && m.view.offset == 0
+            && (0..dims.len()).all(|d| dims[d] == 1 || m.view.strides[d] == if d == axis { 0 } else { cs[d] })
     }
 
     /// Evaluates `id` at every element of `domain`, which has as many elements as `id`: the identity when the
@@ -152,6 +172,14 @@ impl<'a> Lowerer<'a> {
         let key = (id, m.clone());
         if let Some(&v) = self.cache.get(&key) {
             return Ok(v);
+        }
+        if let Some(&f) = self.folds.get(&id) {
+            // A fold of this rows kernel: its value for the row, or, read any other way, the member reading it
+            // leaves the rows kernel.
+            return match self.row_broadcast(id, m) {
+                true => Ok(self.push(Instr::Folded(f))),
+                false => Err(self.current.unwrap_or(id)),
+            };
         }
         let fail = anchor.unwrap_or(id);
         let node = self.graph.node(id);
@@ -374,6 +402,7 @@ pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
         dims_at: None,
         width: 1,
         tiles: Vec::new(),
+        phases: Vec::new(),
         fused_ops: 0,
     }
 }

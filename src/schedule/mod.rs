@@ -104,9 +104,11 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     let order = toposort::toposort(graph, &unique);
     // Lowering may find a view it cannot express over its source; that source is then stored, and we start over.
     let mut forced: HashSet<NodeId> = HashSet::new();
+    // A member of a rows kernel that reads one of its folds other than broadcast along the rows leaves it.
+    let mut no_rows: HashSet<NodeId> = HashSet::new();
     let (kernels, mut slots, fusion) = loop {
         let fusion = fuse::materialize(graph, &order, &seen, &forced, opts);
-        let groups = fuse::group(graph, &order, &fusion, opts);
+        let groups = fuse::group(graph, &order, &fusion, opts, &no_rows);
         // Members read by another group must be written even when nobody asked for them.
         let read_elsewhere: HashSet<NodeId> = groups.iter().flat_map(|g| g.inputs.iter().copied()).collect();
         let written = |id: NodeId| seen.contains(&id) || read_elsewhere.contains(&id);
@@ -115,6 +117,9 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
             let mut kernels = Vec::with_capacity(groups.len());
             for g in &groups {
                 match g.reduce {
+                    Some(_) if g.rows => {
+                        kernels.push(reduce::lower_rows(graph, &fusion, g, &written, &mut |id| slots.get(id))?)
+                    }
                     None => kernels.push(lower::lower(graph, &fusion, g, &written, &mut |id| slots.get(id))?),
                     Some(r) => {
                         // Both closures name slots: a cell lets them share the table.
@@ -135,6 +140,10 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
         let lowered = lower_all();
         match lowered {
             Ok(kernels) => break (kernels, slots, fusion),
+            // A node already stored can only be asked to leave its rows kernel.
+            Err(id) if fusion.materialized.contains(&id) => {
+                assert!(no_rows.insert(id), "lazor: scheduler asked twice to split node {id:?} from its kernel")
+            }
             Err(id) => assert!(forced.insert(id), "lazor: scheduler asked twice to store node {id:?}"),
         }
     };

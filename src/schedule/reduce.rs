@@ -5,7 +5,7 @@
 use super::fuse::{Fusion, Group};
 use super::lower::{kernel, Lowerer};
 use crate::graph::{Graph, NodeId, Op};
-use crate::kernel::{Access, Instr, Kernel, Kind, Reduce};
+use crate::kernel::{Access, Instr, Kernel, Kind, Phase, Reduce};
 use crate::shape::Shape;
 
 /// Elements one chunk should cover at least, so that partial folds are worth their round trip: a workgroup folds
@@ -23,6 +23,11 @@ fn chunks(n: usize, groups: usize, rows: bool) -> usize {
         return 1;
     }
     (TARGET_GROUPS / groups.max(1)).clamp(1, n / min)
+}
+
+/// Whether a row fold of `n` elements per output over `outputs` outputs runs in one pass (no chunks).
+pub(super) fn one_pass(n: usize, outputs: usize) -> bool {
+    chunks(n, outputs, true) == 1
 }
 
 /// Lowers the group whose first member is a reduce node; `scratch` makes a plan buffer of that many bytes for
@@ -89,4 +94,48 @@ fn epilogue(l: &mut Lowerer, grp: &Group, out: &Shape, written: &dyn Fn(NodeId) 
         }
     }
     Ok(())
+}
+
+/// Lowers a rows group: its folds and maps, in order, over the rows of the first fold's input.
+pub(super) fn lower_rows(
+    graph: &Graph,
+    fusion: &Fusion,
+    grp: &Group,
+    written: &dyn Fn(NodeId) -> bool,
+    slot: &mut dyn FnMut(NodeId) -> usize,
+) -> Result<Kernel, NodeId> {
+    let Op::Reduce(_, x, axis) = graph.node(grp.members[0]).op else { unreachable!("a rows group starts with a fold") };
+    let domain = graph.node(x).shape.clone();
+    let rows = graph.node(grp.members[0]).shape.numel();
+    let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Rows { axis }, &domain, rows), slot);
+    l.need_coords();
+    l.row_axis = Some(axis);
+    for &member in &grp.members {
+        // Each phase loops over the row on its own: nothing computed in one is reused in another.
+        l.set_domain(&domain, None);
+        l.current = Some(member);
+        let lo = l.k.body.len();
+        if let Op::Reduce(op, input, _) = graph.node(member).op {
+            let value = l.root(input, &domain)?;
+            let output = written(member).then(|| {
+                let s = l.slot(member);
+                l.k.outputs.push((s, value));
+                l.k.outputs.len() - 1
+            });
+            l.k.phases.push(Phase::Fold { op, body: lo..l.k.body.len(), value, output });
+            let phase = l.folds.len();
+            l.folds.insert(member, phase);
+            l.k.fused_ops += 1;
+        } else {
+            let value = l.root(member, &domain)?;
+            let mut outputs = Vec::new();
+            if written(member) {
+                let s = l.slot(member);
+                l.k.outputs.push((s, value));
+                outputs.push(l.k.outputs.len() - 1);
+            }
+            l.k.phases.push(Phase::Map { body: lo..l.k.body.len(), outputs });
+        }
+    }
+    Ok(l.k)
 }

@@ -1,7 +1,7 @@
 //! Running kernel IR on the CPU: each instruction over a batch of a few hundred elements at a time (loops the
 //! compiler vectorizes, no temporaries of the tensor's size), batches in parallel on rayon.
 
-use crate::kernel::{Access, Instr, Kernel, Kind, Reduce};
+use crate::kernel::{Access, Instr, Kernel, Kind, Phase};
 use crate::op::ReduceOp;
 use rayon::prelude::*;
 use std::ops::Range;
@@ -33,11 +33,13 @@ struct Batch {
     coords: Vec<Vec<i64>>,
     /// In a reduce kernel's epilogue: each element's folded value.
     folded: Vec<f32>,
+    /// In a rows kernel: the row's folds so far.
+    folds: Vec<f32>,
 }
 
 impl Batch {
     fn empty() -> Batch {
-        Batch { len: 0, own: Own::From(0), coords: Vec::new(), folded: Vec::new() }
+        Batch { len: 0, own: Own::From(0), coords: Vec::new(), folded: Vec::new(), folds: Vec::new() }
     }
 
     /// Becomes elements `lo..hi` of `k`'s row-major order, reusing its vectors.
@@ -178,6 +180,7 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
             Instr::Unary(op, a) => op.eval_slice(regs.get(ctx, *a, n), &mut out),
             Instr::Binary(op, a, b) => op.eval_slice(regs.get(ctx, *a, n), regs.get(ctx, *b, n), &mut out),
             Instr::Reduced => out.copy_from_slice(&batch.folded),
+            Instr::Folded(f) => out.fill(batch.folds[*f]),
             Instr::Cat { .. } => unreachable!("handled above"),
         }
         regs.vals[i] = out;
@@ -210,7 +213,7 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
             Own::At(idx) => Own::At(at.iter().map(|&j| idx[j]).collect()),
         };
         let folded = if batch.folded.is_empty() { Vec::new() } else { at.iter().map(|&j| batch.folded[j]).collect() };
-        let sub = Batch { len: at.len(), own, coords, folded };
+        let sub = Batch { len: at.len(), own, coords, folded, folds: batch.folds.clone() };
         // Values from outside the part that it reads, narrowed to its elements.
         let mut sub_regs = Regs::new(k.body.len());
         for instr in &k.body[part.body.clone()] {
@@ -304,7 +307,7 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             let mut acc = r.op.identity();
             for s in (lo..hi).step_by(BATCH) {
                 let e = hi.min(s + BATCH);
-                let batch = along_axis(&dims, &r, &base, s..e, strided);
+                let batch = along_axis(&dims, r.axis, r.rows, &base, s..e, strided);
                 eval(&ctx, 0..r.prologue, &batch, &mut regs);
                 scratch.clear();
                 scratch.extend_from_slice(regs.get(&ctx, r.value, e - s));
@@ -327,7 +330,7 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
         let coords = (0..dims.len())
             .map(|d| block.clone().map(|o| if d == r.axis { 0 } else { unravel(o, &out_dims)[d] }).collect())
             .collect();
-        let batch = Batch { len: block.len(), own: Own::From(block.start), coords, folded };
+        let batch = Batch { len: block.len(), own: Own::From(block.start), coords, folded, folds: Vec::new() };
         eval(&ctx, r.prologue..k.body.len(), &batch, &mut regs);
         for (o, &(_, v)) in outs.iter().zip(&k.outputs) {
             // SAFETY: blocks of outputs are disjoint between tasks (a final fold has one chunk).
@@ -340,22 +343,73 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
 /// The elements `range` along the folded axis at the output whose coordinates are `base`. Coordinates are made
 /// only when the prologue reads through a view (`coords`); when the folded elements are adjacent they are a window
 /// of the inputs.
-fn along_axis(dims: &[usize], r: &Reduce, base: &[i64], range: Range<usize>, coords: bool) -> Batch {
+fn along_axis(dims: &[usize], axis: usize, rows: bool, base: &[i64], range: Range<usize>, coords: bool) -> Batch {
     let len = range.len();
     let linear = |c: &dyn Fn(usize) -> i64| (0..dims.len()).fold(0usize, |a, d| a * dims[d] + c(d) as usize);
-    let own = if r.rows {
-        Own::From(linear(&|d| if d == r.axis { range.start as i64 } else { base[d] }))
+    let first = linear(&|d| if d == axis { range.start as i64 } else { base[d] });
+    let own = if rows {
+        Own::From(first)
     } else {
-        let stride: usize = dims[r.axis + 1..].iter().product();
-        let first = linear(&|d| if d == r.axis { range.start as i64 } else { base[d] });
+        let stride: usize = dims[axis + 1..].iter().product();
         Own::At((0..len).map(|j| first + j * stride).collect())
     };
     let coords = if coords {
         (0..dims.len())
-            .map(|d| if d == r.axis { range.clone().map(|x| x as i64).collect() } else { vec![base[d]; len] })
+            .map(|d| if d == axis { range.clone().map(|x| x as i64).collect() } else { vec![base[d]; len] })
             .collect()
     } else {
         Vec::new()
     };
-    Batch { len, own, coords, folded: Vec::new() }
+    Batch { len, own, coords, folded: Vec::new(), folds: Vec::new() }
+}
+
+/// Runs a rows kernel: each row is one parallel task running the phases in order, each over the row in batches.
+pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
+    let Kind::Rows { axis } = k.kind else { unreachable!("a rows kernel") };
+    let ctx = Ctx::new(k, inputs);
+    let dims = k.shape.dims().to_vec();
+    let n = dims[axis];
+    let mut out_dims = dims.clone();
+    out_dims[axis] = 1;
+    let strided = k.body.iter().any(|i| matches!(i, Instr::Load { view: Some(_), .. } | Instr::Cat { .. }));
+    let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
+    (0..k.params[0] as usize).into_par_iter().for_each(|o| {
+        let mut regs = Regs::new(k.body.len());
+        let base = unravel(o, &out_dims);
+        let mut folds: Vec<f32> = Vec::new();
+        let mut scratch = Vec::with_capacity(BATCH);
+        for phase in &k.phases {
+            let mut acc = None;
+            for s in (0..n).step_by(BATCH) {
+                let e = n.min(s + BATCH);
+                let mut batch = along_axis(&dims, axis, true, &base, s..e, strided);
+                batch.folds.clone_from(&folds);
+                match phase {
+                    Phase::Fold { op, body, value, .. } => {
+                        eval(&ctx, body.clone(), &batch, &mut regs);
+                        scratch.clear();
+                        scratch.extend_from_slice(regs.get(&ctx, *value, e - s));
+                        let a = acc.unwrap_or(op.identity());
+                        acc = Some(op.combine().eval(a, tree(*op, &mut scratch)));
+                    }
+                    Phase::Map { body, outputs } => {
+                        eval(&ctx, body.clone(), &batch, &mut regs);
+                        for &m in outputs {
+                            // SAFETY: each row's elements are written by its own task only.
+                            let dst = unsafe { std::slice::from_raw_parts_mut(outs[m].0.add(o * n + s), e - s) };
+                            dst.copy_from_slice(regs.get(&ctx, k.outputs[m].1, e - s));
+                        }
+                    }
+                }
+            }
+            if let Phase::Fold { op, output, .. } = phase {
+                let v = acc.unwrap_or(op.identity());
+                folds.push(v);
+                if let Some(m) = output {
+                    // SAFETY: as above; a row's fold is at the row's index.
+                    unsafe { *outs[*m].0.add(o) = v };
+                }
+            }
+        }
+    });
 }

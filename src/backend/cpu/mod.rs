@@ -139,6 +139,7 @@ impl Backend for CpuBackend {
                     match kernel.kind {
                         Kind::Elementwise => eval::elementwise(kernel, &inputs, &mut views),
                         Kind::Reduce(_) => eval::reduce(kernel, &inputs, &mut views),
+                        Kind::Rows { .. } => eval::rows(kernel, &inputs, &mut views),
                     }
                 }
                 for (&(slot, _), v) in kernel.outputs.iter().zip(outs) {

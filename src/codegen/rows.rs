@@ -1,0 +1,72 @@
+//! WGSL for rows kernels: a workgroup per row runs the kernel's phases in order. A fold phase folds its element
+//! over the row (threads striding, then a tree) and hands the result to every thread; a map phase computes its
+//! outputs for every element of the row. The row is read from memory once; the later phases find it in cache.
+
+use super::elementwise::Emitter;
+use super::reduce::{accumulate, row_major, tree, Fold};
+use super::{Target, WORKGROUP_SIZE};
+use crate::kernel::{Kernel, Kind, Phase};
+use std::fmt::Write;
+
+/// The WGSL source of a rows kernel.
+pub(super) fn generate(k: &Kernel, target: &Target) -> String {
+    let Kind::Rows { axis } = k.kind else { unreachable!("a rows kernel") };
+    let mut e = Emitter::new(k);
+    let rank = k.shape.ndim();
+    let at = k.dims_at.expect("rows kernels have coordinates");
+    let dim = |d: usize| format!("p[{}]", at + d);
+    let wg = WORKGROUP_SIZE;
+    let lanes = if target.subgroups {
+        ", @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) lanes: u32"
+    } else {
+        ""
+    };
+    let _ = writeln!(e.out, "var<workgroup> red: array<f32, {wg}>;");
+    let _ = write!(
+        e.out,
+        "@compute @workgroup_size({wg})\n\
+         fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, \
+         @builtin(num_workgroups) nwg: vec3<u32>{lanes}) {{\n"
+    );
+    e.line(1, "let o = wid.x + wid.y * nwg.x;");
+    // Uniform per workgroup: the barriers below stay in uniform control flow.
+    e.line(1, "if (o >= p[0]) { return; }");
+    e.line(1, "var q = o;");
+    for d in (0..rank).rev().filter(|&d| d != axis) {
+        e.line(1, &format!("let c{d} = i32(q % {});", dim(d)));
+        e.line(1, &format!("q = q / {};", dim(d)));
+    }
+    e.line(1, &format!("let n = {};", dim(axis)));
+    for (n, phase) in k.phases.iter().enumerate() {
+        match phase {
+            Phase::Fold { op, body, value, output } => {
+                let fold = Fold { op: *op, axis, body: body.clone(), value: *value };
+                e.line(1, &format!("var f{n}: f32;"));
+                e.line(1, "{");
+                accumulate(&mut e, &fold, "lid.x", &format!("{wg}u"), "n", 2);
+                tree(&mut e, *op, target.subgroups, 2);
+                e.line(2, &format!("f{n} = red[0];"));
+                if let Some(out) = output {
+                    e.line(2, &format!("if (lid.x == 0u) {{ o{out}[o] = f{n}; }}"));
+                }
+                // Before the next fold writes `red` again.
+                e.line(2, "workgroupBarrier();");
+                e.line(1, "}");
+            }
+            Phase::Map { body, outputs } => {
+                e.line(1, &format!("for (var r = lid.x; r < n; r = r + {wg}u) {{"));
+                e.line(2, &format!("let c{axis} = i32(r);"));
+                let ix = row_major(rank, &dim, |d| format!("u32(c{d})"));
+                e.line(2, &format!("let i = {ix};"));
+                e.range(body.clone(), 2);
+                for &out in outputs {
+                    e.line(2, &format!("o{out}[i] = t{};", k.outputs[out].1));
+                }
+                e.line(1, "}");
+            }
+        }
+    }
+    e.out.push_str("}\n");
+    let Emitter { b, out, .. } = e;
+    b.finish(&out)
+}
