@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each includer uses part of it
 
 use lazor::Tensor;
+use ndarray::{Array1, Array2, Axis};
+use rayon::prelude::*;
 
 /// Bytes per element the fused ideal moves: three f32 inputs read once, one f32 output written once.
 pub const IDEAL_BYTES_PER_ELEMENT: u64 = 16;
@@ -54,6 +56,64 @@ impl Case {
             Case::Unary => ((a * 0.1).exp() + b.abs()).sqrt() * c.tanh(),
         }
     }
+}
+
+/// Output elements each task of the hand-written rayon loop ([`Case::rayon_into`]) covers: 64 KiB of output.
+pub const RAYON_CHUNK: usize = 1 << 14;
+
+/// `out[i] = f(a[i], b[i], c[i])` over chunks of [`RAYON_CHUNK`] output elements, in parallel on rayon's pool: the
+/// loop a programmer writes by hand (zipped slices, which the compiler vectorizes where `f` allows).
+fn par_map3(a: &[f32], b: &[f32], c: &[f32], out: &mut [f32], f: impl Fn(f32, f32, f32) -> f32 + Sync) {
+    assert!(a.len() == out.len() && b.len() == out.len() && c.len() == out.len(), "inputs and output differ in length");
+    out.par_chunks_mut(RAYON_CHUNK).enumerate().for_each(|(k, o)| {
+        let (s, e) = (k * RAYON_CHUNK, k * RAYON_CHUNK + o.len());
+        for (((o, &a), &b), &c) in o.iter_mut().zip(&a[s..e]).zip(&b[s..e]).zip(&c[s..e]) {
+            *o = f(a, b, c);
+        }
+    });
+}
+
+impl Case {
+    /// The same math as a hand-written rayon loop into `out` (reused between calls): the CPU backend's yardstick.
+    pub fn rayon_into(self, a: &[f32], b: &[f32], c: &[f32], out: &mut [f32]) {
+        // One monomorphic loop per case, so nothing is decided per element.
+        match self {
+            Case::Chain3 => par_map3(a, b, c, out, |a, b, c| Case::Chain3.host(a, b, c)),
+            Case::Chain16 => par_map3(a, b, c, out, |a, b, c| Case::Chain16.host(a, b, c)),
+            Case::Unary => par_map3(a, b, c, out, |a, b, c| Case::Unary.host(a, b, c)),
+        }
+    }
+
+    /// The same expression in `ndarray`, written the way its users write it: operators on arrays, one new array per
+    /// operation on borrowed operands (those on an owned left operand reuse its memory), `mapv` for functions.
+    /// Single-threaded, as ndarray's operators are.
+    pub fn ndarray(self, a: &Array1<f32>, b: &Array1<f32>, c: &Array1<f32>) -> Array1<f32> {
+        match self {
+            Case::Chain3 => ((a + b) * 5.0 - c) / 2.0,
+            Case::Chain16 => {
+                let mut x = ((a + b) * 1.01 - c) / 1.02;
+                for _ in 1..4 {
+                    x = ((x + b) * 1.01 - c) / 1.02;
+                }
+                x
+            }
+            Case::Unary => ((a * 0.1).mapv(f32::exp) + b.mapv(f32::abs)).mapv(f32::sqrt) * c.mapv(f32::tanh),
+        }
+    }
+}
+
+/// `x.sum(-1)` in ndarray, as its users write it.
+pub fn ndarray_sum_rows(x: &Array2<f32>) -> Array1<f32> {
+    x.sum_axis(Axis(1))
+}
+
+/// `x.softmax(-1)` in ndarray, as its users write it: the row maxima, `exp(x - max)` (broadcast through a new axis),
+/// divided by its row sums.
+pub fn ndarray_softmax(x: &Array2<f32>) -> Array2<f32> {
+    let max = x.fold_axis(Axis(1), f32::NEG_INFINITY, |&m, &v| m.max(v)).insert_axis(Axis(1));
+    let e = (x - &max).mapv(f32::exp);
+    let sum = e.sum_axis(Axis(1)).insert_axis(Axis(1));
+    e / &sum
 }
 
 /// A view case and its plain twin, timed side by side in one run: the view reads its operands through strides
