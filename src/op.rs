@@ -61,6 +61,8 @@ macro_rules! op_table {
             }
 
             /// `eval` over a slice: one loop per op, which the compiler vectorizes (the CPU backend's kernel body).
+            /// Always inlined, so a caller compiled for wider vectors gets wider loops.
+            #[inline(always)]
             pub fn eval_slice(self, a: &[f32], out: &mut [f32]) {
                 match self { $(UnaryOp::$U => for (o, &$x) in out.iter_mut().zip(a) { *o = $ue; },)* }
             }
@@ -92,6 +94,8 @@ macro_rules! op_table {
             }
 
             /// `eval` over slices: one loop per op, which the compiler vectorizes (the CPU backend's kernel body).
+            /// Always inlined, so a caller compiled for wider vectors gets wider loops.
+            #[inline(always)]
             pub fn eval_slice(self, a: &[f32], b: &[f32], out: &mut [f32]) {
                 match self {
                     $(BinaryOp::$B => for ((o, &$a), &$b) in out.iter_mut().zip(a).zip(b) { *o = $be; },)*

@@ -1,6 +1,7 @@
 //! The CPU backend: buffers are `Vec<f32>`s in host memory, kernels of the same IR run on rayon's threads.
 
 mod eval;
+mod simd;
 
 use super::{Backend, Data, Done, Job, ReadId};
 use crate::error::{Error, Result};
