@@ -66,7 +66,12 @@ impl Tensor {
 
 /// Generates each reduction's four forms: axis dropped or kept, panicking or fallible.
 macro_rules! reductions {
-    ($($(#[$doc:meta])* $op:ident: $name:ident $keep:ident $try_name:ident $try_keep:ident;)*) => {$(
+    ($($(#[$doc:meta])* $op:ident {
+        $name:ident => drop,
+        $keep:ident => keep,
+        $try_name:ident => try_drop,
+        $try_keep:ident => try_keep,
+    })*) => {$(
         impl Tensor {
             $(#[$doc])*
             ///
@@ -114,13 +119,33 @@ reductions! {
     /// let x = lazor::Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], [2, 2]);
     /// assert_eq!(x.sum(-1).to_vec(), vec![3.0, 7.0]);
     /// ```
-    Sum: sum sum_keepdim try_sum try_sum_keepdim;
+    Sum {
+        sum => drop,
+        sum_keepdim => keep,
+        try_sum => try_drop,
+        try_sum_keepdim => try_keep,
+    }
     /// The product along `dim` (1 over an empty axis), axis dropped.
-    Prod: prod prod_keepdim try_prod try_prod_keepdim;
+    Prod {
+        prod => drop,
+        prod_keepdim => keep,
+        try_prod => try_drop,
+        try_prod_keepdim => try_keep,
+    }
     /// The maximum along `dim`, NaN if any element is NaN, axis dropped.
-    Max: max max_keepdim try_max try_max_keepdim;
+    Max {
+        max => drop,
+        max_keepdim => keep,
+        try_max => try_drop,
+        try_max_keepdim => try_keep,
+    }
     /// The minimum along `dim`, NaN if any element is NaN, axis dropped.
-    Min: min min_keepdim try_min try_min_keepdim;
+    Min {
+        min => drop,
+        min_keepdim => keep,
+        try_min => try_drop,
+        try_min_keepdim => try_keep,
+    }
 }
 
 impl Tensor {
