@@ -21,7 +21,6 @@ use common::{uniform, Case, ReduceCase, IDEAL_BYTES_PER_ELEMENT, REDUCE_TOLERANC
 use lazor::{Device, Tensor};
 use ndarray::{Array1, Array2};
 use std::hint::black_box;
-use std::time::Duration;
 
 /// Inputs in [-1, 1), the same values as the example's (xorshift): `unary`'s libm calls take time that depends on
 /// their argument, and a short period would let the branch predictor learn it.
@@ -161,11 +160,7 @@ fn cpu(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1))
-        .nresamples(10_000);
+    config = common::criterion_config();
     targets = cpu
 }
 criterion_main!(benches);

@@ -19,7 +19,6 @@ mod common;
 use common::{Case, IDEAL_BYTES_PER_ELEMENT};
 use lazor::{Device, Tensor};
 use std::hint::black_box;
-use std::time::Duration;
 
 fn inputs(n: usize, k: usize) -> Vec<f32> {
     (0..n).map(|i| ((i * 7 + k * 13) % 1024) as f32 / 512.0 - 1.0).collect()
@@ -103,11 +102,7 @@ fn elementwise(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1))
-        .nresamples(10_000);
+    config = common::criterion_config();
     targets = elementwise
 }
 criterion_main!(benches);

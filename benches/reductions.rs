@@ -23,7 +23,6 @@ mod common;
 
 use common::{uniform, ReduceCase, REDUCE_TOLERANCE};
 use lazor::{Device, Tensor};
-use std::time::Duration;
 
 fn reductions(c: &mut Criterion) {
     // No adapter is a failure (Device::default panics with the reason), not a skip.
@@ -89,11 +88,7 @@ fn reductions(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1))
-        .nresamples(10_000);
+    config = common::criterion_config();
     targets = reductions
 }
 criterion_main!(benches);

@@ -452,3 +452,13 @@ pub fn uniform(n: usize, seed: u64) -> Vec<f32> {
         })
         .collect()
 }
+
+/// The criterion settings every bench uses: short runs, as they run on a 2-core VM and on a GPU lent by the minute.
+#[allow(dead_code)]
+pub fn criterion_config() -> criterion::Criterion {
+    criterion::Criterion::default()
+        .sample_size(10)
+        .warm_up_time(std::time::Duration::from_millis(300))
+        .measurement_time(std::time::Duration::from_secs(1))
+        .nresamples(10_000)
+}
