@@ -315,3 +315,37 @@ fn the_subgroup_path_is_a_different_kernel_with_the_same_answers() {
         assert_close(&on, &off, 1e-5, 1e-5, "subgroups vs workgroup memory");
     }
 }
+
+#[test]
+fn rows_kernels_read_views_and_concatenations_and_write_their_folds() {
+    for dev in devices() {
+        let mut rng = Rng::new(8);
+        let a = stored(&dev, &mut rng, &[40, 300]);
+        let b = stored(&dev, &mut rng, &[40, 100]);
+        let c = stored(&dev, &mut rng, &[300, 40]);
+        for (t, what) in [
+            (Tensor::cat(&[&a, &b.exp()], -1).softmax(-1), "softmax of a concatenation along the rows"),
+            (Tensor::cat(&[&a, &c.t()], 0).softmax(-1), "softmax of a concatenation across the rows"),
+            (c.t().log_softmax(-1), "log_softmax of a transposed tensor"),
+            (
+                (&a - a.mean_keepdim(-1)) / (a.var_keepdim(-1) + 1e-5).sqrt() * 2.0 + &b.narrow(1, 0, 1),
+                "layer norm, scaled",
+            ),
+        ] {
+            let k = dispatches(&dev, || drop(check(&t, 1e-4, 1e-5, what)));
+            assert_eq!(k, 1, "{what}: one rows kernel");
+        }
+        // The folds and the map realized together: one kernel writes all three.
+        let m = a.max_keepdim(-1);
+        let e = (&a - &m).exp();
+        let s = e.sum_keepdim(-1);
+        let sm = &e / &s;
+        // The reference first: once realized, the reference would take the tensors' values as given.
+        let want = lazor::reference::eval(&[&m, &s, &sm]);
+        let k = dispatches(&dev, || lazor::realize(&[&m, &s, &sm]).unwrap());
+        assert_eq!(k, 1, "max, sum and softmax in one kernel");
+        assert_close(&m.to_vec(), &want[0], 0.0, 0.0, "max written by the rows kernel");
+        assert_close(&s.to_vec(), &want[1], 1e-5, 1e-5, "sum written by the rows kernel");
+        assert_close(&sm.to_vec(), &want[2], 1e-5, 1e-6, "softmax written by the rows kernel");
+    }
+}
