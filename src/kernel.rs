@@ -18,7 +18,11 @@ pub enum Kind {
     /// A workgroup per row of the iteration shape along `axis` (the innermost), running [`Kernel::phases`] in
     /// order: folds of the row, each able to read the folds before it, and maps over the row that read them. The
     /// row is read from memory once; later phases find it in cache. Softmax and layer norm are one such kernel.
-    Rows { axis: usize },
+    Rows {
+        axis: usize,
+        /// Parameter index of the team size: threads per row, as in [`Reduce::team_at`].
+        team_at: usize,
+    },
 }
 
 /// One phase of a [`Kind::Rows`] kernel.
@@ -44,8 +48,11 @@ pub struct Reduce {
     /// Instructions `0..prologue` compute the element being folded, `value` holding it; the rest are the epilogue.
     pub prologue: usize,
     pub value: usize,
-    /// Parameter index of the number of chunks the axis is cut into (a workgroup or thread per chunk and output).
+    /// Parameter index of the number of chunks the axis is cut into (a team or thread per chunk and output).
     pub chunks_at: usize,
+    /// Parameter index of the team size: how many threads fold one (output, chunk) in `rows` mode (64, 128 or
+    /// 256, a power of two at least as large as a subgroup), so a workgroup folds `256 / team` of them at once.
+    pub team_at: usize,
     /// A first stage: each chunk's fold goes to `outputs[0]`, laid out as the domain with the axis at the number of
     /// chunks, for a second kernel to fold; no epilogue.
     pub partial: bool,
@@ -160,15 +167,19 @@ pub struct Kernel {
 impl Kernel {
     /// Threads the kernel runs.
     pub fn threads(&self) -> usize {
-        if let Kind::Rows { .. } = self.kind {
-            return self.params[0] as usize * crate::codegen::WORKGROUP_SIZE as usize;
+        let wg = crate::codegen::WORKGROUP_SIZE as usize;
+        if let Kind::Rows { team_at, .. } = self.kind {
+            let per = wg / self.params[team_at] as usize;
+            return (self.params[0] as usize).div_ceil(per) * wg;
         }
         if let Kind::Reduce(r) = self.kind {
             let outputs = self.params[0] as usize;
             let chunks = self.params[r.chunks_at] as usize;
-            let wg = crate::codegen::WORKGROUP_SIZE as usize;
-            let groups = if r.rows { outputs } else { outputs.div_ceil(wg) };
-            return groups * chunks * wg;
+            if r.rows {
+                let per = wg / self.params[r.team_at] as usize;
+                return (outputs * chunks).div_ceil(per) * wg;
+            }
+            return outputs.div_ceil(wg) * chunks * wg;
         }
         if self.tiles.is_empty() {
             return self.shape.numel().div_ceil(self.width);

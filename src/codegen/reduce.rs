@@ -35,10 +35,16 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.line(1, "let w = wid.x + wid.y * nwg.x;");
     e.line(1, &format!("let chunks = p[{}];", r.chunks_at));
     if r.rows {
+        // A team of threads per (output, chunk), `256 / team` of them per workgroup.
+        e.line(1, &format!("let team = p[{}];", r.team_at));
+        e.line(1, "let lane_t = lid.x % team;");
+        e.line(1, &format!("let first = w * ({wg}u / team);"));
         // Uniform per workgroup: the barriers below stay in uniform control flow.
-        e.line(1, "if (w >= p[0] * chunks) { return; }");
-        e.line(1, "let o = w / chunks;");
-        e.line(1, "let j = w % chunks;");
+        e.line(1, "if (first >= p[0] * chunks) { return; }");
+        e.line(1, "let job = first + lid.x / team;");
+        e.line(1, "let valid = job < p[0] * chunks;");
+        e.line(1, "let o = job / chunks;");
+        e.line(1, "let j = job % chunks;");
     } else {
         e.line(1, &format!("let groups = (p[0] + {}u) / {wg}u;", wg - 1));
         e.line(1, "if (w >= groups * chunks) { return; }");
@@ -55,15 +61,20 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.line(1, &format!("let n = {};", dim(r.axis)));
     e.line(1, "let len = (n + chunks - 1u) / chunks;");
     e.line(1, "let lo = j * len;");
-    e.line(1, "let hi = min(n, lo + len);");
-    let f = Fold { op: r.op, axis: r.axis, body: 0..r.prologue, value: r.value };
-    let step = if r.rows { format!("{wg}u") } else { "1u".to_string() };
-    accumulate(&mut e, &f, if r.rows { "lo + lid.x" } else { "lo" }, &step, "hi", 1);
     if r.rows {
-        tree(&mut e, r.op, subgroups, 1);
-        e.line(1, "if (lid.x != 0u) { return; }");
-        e.line(1, "let folded = red[0];");
+        // A team past the last output folds nothing but still meets its workgroup's barriers.
+        e.line(1, "let hi = select(lo, min(n, lo + len), valid);");
     } else {
+        e.line(1, "let hi = min(n, lo + len);");
+    }
+    let f = Fold { op: r.op, axis: r.axis, body: 0..r.prologue, value: r.value };
+    if r.rows {
+        accumulate(&mut e, &f, "lo + lane_t", "team", "hi", 1);
+        tree(&mut e, r.op, subgroups, 1);
+        e.line(1, "if (lane_t != 0u || !valid) { return; }");
+        e.line(1, "let folded = red[root];");
+    } else {
+        accumulate(&mut e, &f, "lo", "1u", "hi", 1);
         e.line(1, "let folded = acc;");
     }
     if r.partial {
@@ -127,11 +138,14 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
     e.line(depth, &format!("let acc = {};", pairs[0]));
 }
 
-/// Folds every thread's `acc` across the workgroup into `red[0]`, valid for every thread after the last barrier:
-/// subgroups first where `subgroups`, then a tree in workgroup memory.
+/// Folds `acc` across each team (`team` threads, `lane_t` the thread's place in it) into `red[root]`, valid for
+/// every thread of the team after the last barrier: subgroups first where `subgroups` (and no subgroup is wider
+/// than the team), then a tree in workgroup memory.
 pub(super) fn tree(e: &mut Emitter, op: ReduceOp, subgroups: bool, depth: usize) {
-    let wg = WORKGROUP_SIZE;
-    let start = if subgroups {
+    let pair = |e: &mut Emitter, a: &str, b: &str| e.b.binary(op.combine(), a, b);
+    e.line(depth, "var root: u32;");
+    let d = if subgroups {
+        e.line(depth, "if (lanes <= team) {");
         // Each subgroup folds its lanes at once; its first lane hands the result to a (shorter) tree.
         let sg = match op {
             ReduceOp::Sum => "subgroupAdd",
@@ -141,23 +155,36 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, subgroups: bool, depth: usize)
         };
         if matches!(op, ReduceOp::Max | ReduceOp::Min) {
             // Hardware max and min may drop NaN; lazor's propagate it.
-            e.line(depth, "let nan = subgroupAny((bitcast<u32>(acc) & 0x7fffffffu) > 0x7f800000u);");
-            e.line(depth, &format!("let part = select({sg}(acc), bitcast<f32>(0x7fc00000u), nan);"));
+            e.line(depth + 1, "let nan = subgroupAny((bitcast<u32>(acc) & 0x7fffffffu) > 0x7f800000u);");
+            e.line(depth + 1, &format!("let part = select({sg}(acc), bitcast<f32>(0x7fc00000u), nan);"));
         } else {
-            e.line(depth, &format!("let part = {sg}(acc);"));
+            e.line(depth + 1, &format!("let part = {sg}(acc);"));
         }
-        e.line(depth, "if (lane == 0u) { red[lid.x / lanes] = part; }");
-        format!("{wg}u / lanes / 2u")
+        e.line(depth + 1, "if (lane == 0u) { red[lid.x / lanes] = part; }");
+        e.line(depth + 1, "workgroupBarrier();");
+        e.line(depth + 1, "let base = (lid.x - lane_t) / lanes;");
+        e.line(depth + 1, "for (var s = team / lanes / 2u; s > 0u; s = s >> 1u) {");
+        let p = pair(e, "red[base + lane_t]", "red[base + lane_t + s]");
+        e.line(depth + 2, &format!("if (lane_t < s) {{ red[base + lane_t] = {p}; }}"));
+        e.line(depth + 2, "workgroupBarrier();");
+        e.line(depth + 1, "}");
+        e.line(depth + 1, "root = base;");
+        e.line(depth, "} else {");
+        depth + 1
     } else {
-        e.line(depth, "red[lid.x] = acc;");
-        format!("{}u", wg / 2)
+        depth
     };
-    e.line(depth, "workgroupBarrier();");
-    e.line(depth, &format!("for (var s = {start}; s > 0u; s = s >> 1u) {{"));
-    let pair = e.b.binary(op.combine(), "red[lid.x]", "red[lid.x + s]");
-    e.line(depth + 1, &format!("if (lid.x < s) {{ red[lid.x] = {pair}; }}"));
-    e.line(depth + 1, "workgroupBarrier();");
-    e.line(depth, "}");
+    e.line(d, "red[lid.x] = acc;");
+    e.line(d, "workgroupBarrier();");
+    e.line(d, "for (var s = team / 2u; s > 0u; s = s >> 1u) {");
+    let p = pair(e, "red[lid.x]", "red[lid.x + s]");
+    e.line(d + 1, &format!("if (lane_t < s) {{ red[lid.x] = {p}; }}"));
+    e.line(d + 1, "workgroupBarrier();");
+    e.line(d, "}");
+    e.line(d, "root = lid.x - lane_t;");
+    if subgroups {
+        e.line(depth, "}");
+    }
 }
 
 /// The fold's element at axis position `at`, folded into `acc`.

@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 /// The WGSL source of a rows kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
-    let Kind::Rows { axis } = k.kind else { unreachable!("a rows kernel") };
+    let Kind::Rows { axis, team_at } = k.kind else { unreachable!("a rows kernel") };
     let mut e = Emitter::new(k);
     let rank = k.shape.ndim();
     let at = k.dims_at.expect("rows kernels have coordinates");
@@ -28,33 +28,39 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
          fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, \
          @builtin(num_workgroups) nwg: vec3<u32>{lanes}) {{\n"
     );
-    e.line(1, "let o = wid.x + wid.y * nwg.x;");
+    // A team of threads per row, `256 / team` rows per workgroup.
+    e.line(1, &format!("let team = p[{team_at}];"));
+    e.line(1, "let lane_t = lid.x % team;");
+    e.line(1, &format!("let first = (wid.x + wid.y * nwg.x) * ({wg}u / team);"));
     // Uniform per workgroup: the barriers below stay in uniform control flow.
-    e.line(1, "if (o >= p[0]) { return; }");
+    e.line(1, "if (first >= p[0]) { return; }");
+    e.line(1, "let o = first + lid.x / team;");
+    // A team past the last row computes nothing but still meets its workgroup's barriers.
+    e.line(1, "let valid = o < p[0];");
     e.line(1, "var q = o;");
     for d in (0..rank).rev().filter(|&d| d != axis) {
         e.line(1, &format!("let c{d} = i32(q % {});", dim(d)));
         e.line(1, &format!("q = q / {};", dim(d)));
     }
-    e.line(1, &format!("let n = {};", dim(axis)));
+    e.line(1, &format!("let n = select(0u, {}, valid);", dim(axis)));
     for (n, phase) in k.phases.iter().enumerate() {
         match phase {
             Phase::Fold { op, body, value, output } => {
                 let fold = Fold { op: *op, axis, body: body.clone(), value: *value };
                 e.line(1, &format!("var f{n}: f32;"));
                 e.line(1, "{");
-                accumulate(&mut e, &fold, "lid.x", &format!("{wg}u"), "n", 2);
+                accumulate(&mut e, &fold, "lane_t", "team", "n", 2);
                 tree(&mut e, *op, target.subgroups, 2);
-                e.line(2, &format!("f{n} = red[0];"));
+                e.line(2, &format!("f{n} = red[root];"));
                 if let Some(out) = output {
-                    e.line(2, &format!("if (lid.x == 0u) {{ o{out}[o] = f{n}; }}"));
+                    e.line(2, &format!("if (lane_t == 0u && valid) {{ o{out}[o] = f{n}; }}"));
                 }
                 // Before the next fold writes `red` again.
                 e.line(2, "workgroupBarrier();");
                 e.line(1, "}");
             }
             Phase::Map { body, outputs } => {
-                e.line(1, &format!("for (var r = lid.x; r < n; r = r + {wg}u) {{"));
+                e.line(1, "for (var r = lane_t; r < n; r = r + team) {");
                 e.line(2, &format!("let c{axis} = i32(r);"));
                 let ix = row_major(rank, &dim, |d| format!("u32(c{d})"));
                 e.line(2, &format!("let i = {ix};"));

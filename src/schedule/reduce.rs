@@ -25,6 +25,12 @@ fn chunks(n: usize, groups: usize, rows: bool) -> usize {
     (TARGET_GROUPS / groups.max(1)).clamp(1, n / min)
 }
 
+/// Threads that fold one row of `n` elements: about 32 elements each, at least 64 (no subgroup is wider) and at
+/// most a workgroup. Short rows share a workgroup, so each thread still has several loads in flight.
+fn team(n: usize) -> u32 {
+    (n / 32).next_power_of_two().clamp(64, crate::codegen::WORKGROUP_SIZE as usize) as u32
+}
+
 /// Whether a row fold of `n` elements per output over `outputs` outputs runs in one pass (no chunks).
 pub(super) fn one_pass(n: usize, outputs: usize) -> bool {
     chunks(n, outputs, true) == 1
@@ -54,8 +60,9 @@ pub(super) fn lower(
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &input, outputs), slot);
     l.need_coords();
     let chunks_at = l.param(c as u32);
+    let team_at = l.param(team(n.div_ceil(c)));
     let value = l.root(x, &input)?;
-    let info = Reduce { op, axis, rows, prologue: l.k.body.len(), value, chunks_at, partial: c > 1 };
+    let info = Reduce { op, axis, rows, prologue: l.k.body.len(), value, chunks_at, team_at, partial: c > 1 };
     l.k.fused_ops += 1;
     if c == 1 {
         l.k.kind = Kind::Reduce(info);
@@ -75,9 +82,10 @@ pub(super) fn lower(
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &partial_shape, outputs), slot);
     l.need_coords();
     let chunks_at = l.param(1);
+    let team_at = l.param(team(c));
     let input = l.input(partials);
     let value = l.push(Instr::Load { input, view: None, access: Access::Own });
-    let info = Reduce { op, axis, rows, prologue: 1, value, chunks_at, partial: false };
+    let info = Reduce { op, axis, rows, prologue: 1, value, chunks_at, team_at, partial: false };
     l.k.kind = Kind::Reduce(info);
     epilogue(&mut l, grp, &out, written)?;
     Ok(vec![first, l.k])
@@ -107,8 +115,10 @@ pub(super) fn lower_rows(
     let Op::Reduce(_, x, axis) = graph.node(grp.members[0]).op else { unreachable!("a rows group starts with a fold") };
     let domain = graph.node(x).shape.clone();
     let rows = graph.node(grp.members[0]).shape.numel();
-    let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Rows { axis }, &domain, rows), slot);
+    let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &domain, rows), slot);
     l.need_coords();
+    let team_at = l.param(team(domain.dims()[axis]));
+    l.k.kind = Kind::Rows { axis, team_at };
     l.row_axis = Some(axis);
     for &member in &grp.members {
         // Each phase loops over the row on its own: nothing computed in one is reused in another.

@@ -369,7 +369,7 @@ fn along_axis(dims: &[usize], axis: usize, rows: bool, base: &[i64], range: Rang
 
 /// Runs a rows kernel: each row is one parallel task running the phases in order, each over the row in batches.
 pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
-    let Kind::Rows { axis } = k.kind else { unreachable!("a rows kernel") };
+    let Kind::Rows { axis, .. } = k.kind else { unreachable!("a rows kernel") };
     let ctx = Ctx::new(k, inputs);
     let dims = k.shape.dims().to_vec();
     let n = dims[axis];
