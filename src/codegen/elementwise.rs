@@ -30,6 +30,8 @@ pub(super) struct Emitter<'a> {
     pub k: &'a Kernel,
     pub b: Builder,
     pub out: String,
+    /// Whether instructions are being spelled 4 elements at a time.
+    pub wide: bool,
     /// Cats by the index their parts' instructions start at.
     cat_starts: HashMap<usize, Vec<usize>>,
 }
@@ -63,7 +65,7 @@ impl Emitter<'_> {
     }
 
     fn instr(&mut self, n: usize, depth: usize) {
-        let wide = self.k.width == 4;
+        let wide = self.wide;
         let rhs = match &self.k.body[n] {
             Instr::Load { access: Access::Tile(t), .. } => format!("tile{t}[tx * {PITCH}u + ty + {STEP}u * k]"),
             Instr::Load { input, view: None, .. } => {
@@ -99,6 +101,7 @@ impl Emitter<'_> {
             Instr::Binary(op, a, b) => self.b.binary(*op, &format!("t{a}"), &format!("t{b}")),
             Instr::Cat { .. } => return self.cat(n, depth),
             Instr::Reduced => "folded".to_string(),
+            Instr::Folded(f) if wide => format!("vec4<f32>(f{f})"),
             Instr::Folded(f) => format!("f{f}"),
         };
         self.line(depth, &format!("let t{n} = {rhs};"));
@@ -153,8 +156,10 @@ impl<'a> Emitter<'a> {
     pub fn new(k: &'a Kernel) -> Emitter<'a> {
         let mut b = Builder::new(k.width);
         b.params(k.params.len());
+        // Only elementwise kernels store 4 at a time; folds store one value per output.
+        let wide_out = k.width == 4 && k.kind == crate::kernel::Kind::Elementwise;
         for o in 0..k.outputs.len() {
-            b.buffer(1 + o, &format!("o{o}"), k.width == 4, true);
+            b.buffer(1 + o, &format!("o{o}"), wide_out, true);
         }
         for (i, &(_, vector)) in k.inputs.iter().enumerate() {
             b.buffer(1 + k.outputs.len() + i, &format!("i{i}"), vector, false);
@@ -165,7 +170,7 @@ impl<'a> Emitter<'a> {
                 cat_starts.entry(parts.first().map_or(q, |p| p.body.start)).or_default().push(q);
             }
         }
-        Emitter { k, b, out: String::with_capacity(512 + 64 * k.body.len()), cat_starts }
+        Emitter { k, b, out: String::with_capacity(512 + 64 * k.body.len()), wide: k.width == 4, cat_starts }
     }
 }
 

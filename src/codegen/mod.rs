@@ -70,13 +70,21 @@ fn binary_helper_name(h: Helper) -> Option<&'static str> {
 pub(crate) struct Builder {
     /// Elements per value: 1 (`f32`) or 4 (`vec4<f32>`).
     width: usize,
+    /// Whether anything was spelled at width 4 (its helpers then need vector forms).
+    wide_used: bool,
     decls: String,
     helpers: Vec<Helper>,
 }
 
 impl Builder {
     pub fn new(width: usize) -> Builder {
-        Builder { width, decls: String::new(), helpers: Vec::new() }
+        Builder { width, wide_used: width == 4, decls: String::new(), helpers: Vec::new() }
+    }
+
+    /// Spells what follows at `width` (a reduce kernel's prologue is vectorized, its tree and epilogue are not).
+    pub fn set_width(&mut self, width: usize) {
+        self.width = width;
+        self.wide_used |= width == 4;
     }
 
     /// The WGSL type of one value.
@@ -135,13 +143,13 @@ impl Builder {
                 continue;
             }
             s.push_str(helper_source(h));
-            if self.width == 4 && h == Helper::IsNan {
+            if self.wide_used && h == Helper::IsNan {
                 s.push_str(
                     "fn lz_isnan4(x: vec4<f32>) -> vec4<bool> { \
                      return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u); }\n",
                 );
             }
-            if let (4, Some(name)) = (self.width, binary_helper_name(h)) {
+            if let (true, Some(name)) = (self.wide_used, binary_helper_name(h)) {
                 let _ = writeln!(
                     s,
                     "fn {name}4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {{ return vec4<f32>({name}(a.x, b.x), \

@@ -59,7 +59,12 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.line(1, &format!("q = q / {};", dim(d)));
     }
     e.line(1, &format!("let n = {};", dim(r.axis)));
-    e.line(1, "let len = (n + chunks - 1u) / chunks;");
+    if e.wide {
+        // Chunks of whole vectors.
+        e.line(1, "let len = ((n + chunks - 1u) / chunks + 3u) / 4u * 4u;");
+    } else {
+        e.line(1, "let len = (n + chunks - 1u) / chunks;");
+    }
     e.line(1, "let lo = j * len;");
     if r.rows {
         // A team past the last output folds nothing but still meets its workgroup's barriers.
@@ -69,7 +74,11 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     }
     let f = Fold { op: r.op, axis: r.axis, body: 0..r.prologue, value: r.value };
     if r.rows {
-        accumulate(&mut e, &f, "lo + lane_t", "team", "hi", 1);
+        if e.wide {
+            accumulate(&mut e, &f, "lo / 4u + lane_t", "team", "hi / 4u", 1);
+        } else {
+            accumulate(&mut e, &f, "lo + lane_t", "team", "hi", 1);
+        }
         tree(&mut e, r.op, subgroups, 1);
         e.line(1, "if (lane_t != 0u || !valid) { return; }");
         e.line(1, "let folded = red[root];");
@@ -115,8 +124,10 @@ pub(super) struct Fold {
 /// `UNROLL` independent folds per step, so that many loads are in flight, combined in a fixed order after.
 pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end: &str, depth: usize) {
     let identity = format!("bitcast<f32>({}u)", f.op.identity().to_bits());
+    // Wide: each step folds 4 adjacent elements as one vector (the range counts vectors); the lanes meet after.
+    let init = if e.wide { format!("vec4<f32>({identity})") } else { identity };
     for u in 0..UNROLL {
-        e.line(depth, &format!("var acc{u} = {identity};"));
+        e.line(depth, &format!("var acc{u} = {init};"));
     }
     e.line(depth, &format!("var r = {start};"));
     e.line(depth, &format!("for (; r + {} * {step} < {end}; r = r + {UNROLL}u * {step}) {{", UNROLL - 1));
@@ -135,7 +146,17 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
             pairs.chunks(2).map(|p| format!("({})", e.b.binary(f.op.combine(), &p[0], &p[1]))).collect();
         pairs = next;
     }
-    e.line(depth, &format!("let acc = {};", pairs[0]));
+    if e.wide {
+        e.line(depth, &format!("let acc4 = {};", pairs[0]));
+        e.wide = false;
+        e.b.set_width(1);
+        let xy = e.b.binary(f.op.combine(), "acc4.x", "acc4.y");
+        let zw = e.b.binary(f.op.combine(), "acc4.z", "acc4.w");
+        let all = e.b.binary(f.op.combine(), &format!("({xy})"), &format!("({zw})"));
+        e.line(depth, &format!("let acc = {all};"));
+    } else {
+        e.line(depth, &format!("let acc = {};", pairs[0]));
+    }
 }
 
 /// Folds `acc` across each team (`team` threads, `lane_t` the thread's place in it) into `red[root]`, valid for
@@ -187,13 +208,16 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, subgroups: bool, depth: usize)
     }
 }
 
-/// The fold's element at axis position `at`, folded into `acc`.
+/// The fold's element at axis position `at` (in a wide fold: the vector at `at`, elements `4 at..4 at + 4`),
+/// folded into `acc`.
 fn element(e: &mut Emitter, f: &Fold, at: &str, acc: &str, depth: usize) {
     let rank = e.k.shape.ndim();
     let dims_at = e.k.dims_at.expect("folds have coordinates");
-    e.line(depth, &format!("let c{} = i32({at});", f.axis));
-    // The element's row-major index in the folded shape, for loads at the kernel's own index.
+    let first = if e.wide { format!("4u * ({at})") } else { at.to_string() };
+    e.line(depth, &format!("let c{} = i32({first});", f.axis));
+    // The element's row-major index in the folded shape (in vectors when wide), for loads at the kernel's own index.
     let ix = row_major(rank, &|d| format!("p[{}]", dims_at + d), |d| format!("u32(c{d})"));
+    let ix = if e.wide { format!("({ix}) / 4u") } else { ix };
     e.line(depth, &format!("let i = {ix};"));
     e.range(f.body.clone(), depth);
     let folded = e.b.binary(f.op.combine(), acc, &format!("t{}", f.value));

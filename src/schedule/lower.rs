@@ -389,6 +389,48 @@ impl<'a> Lowerer<'a> {
     }
 }
 
+impl Lowerer<'_> {
+    /// Folds 4 adjacent elements at a time in a reduce kernel whose folded axis is the innermost, as long as every
+    /// read of the prologue (instructions `..prologue`) allows it; the epilogue stays scalar.
+    pub fn vectorize_fold(&mut self, prologue: usize, axis: usize) {
+        let k = &mut self.k;
+        let rank = k.shape.ndim();
+        let n = k.shape.dims()[axis];
+        if axis + 1 != rank || n % 4 != 0 || n < 64 || k.body[..prologue].iter().any(|i| matches!(i, Instr::Cat { .. }))
+        {
+            return;
+        }
+        let p = |params: &[u32], i: usize| params[i] as i32 as isize;
+        // Inputs the epilogue reads one element at a time are bound as scalars.
+        let mut vector_ok = vec![true; k.inputs.len()];
+        for instr in &k.body[prologue..] {
+            if let Instr::Load { input, .. } = instr {
+                vector_ok[*input] = false;
+            }
+        }
+        let dims = k.shape.dims().to_vec();
+        for instr in &mut k.body[..prologue] {
+            if let Instr::Load { view: Some(v), input, access } = instr {
+                let inner = p(&k.params, v.at + rank - 1);
+                let aligned = p(&k.params, v.at + rank) % 4 == 0
+                    && (0..rank - 1).all(|d| p(&k.params, v.at + d) % 4 == 0 || dims[d] == 1);
+                *access = match inner {
+                    0 => Access::Splat,
+                    1 if aligned => Access::Vector,
+                    _ => Access::Gather,
+                };
+                if *access != Access::Vector {
+                    vector_ok[*input] = false;
+                }
+            }
+        }
+        k.width = 4;
+        for (input, ok) in k.inputs.iter_mut().zip(vector_ok) {
+            input.1 = ok;
+        }
+    }
+}
+
 /// An empty kernel of `kind` over `shape`, its parameter block starting with `numel`.
 pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
     Kernel {

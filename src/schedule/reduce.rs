@@ -67,6 +67,9 @@ pub(super) fn lower(
     if c == 1 {
         l.k.kind = Kind::Reduce(info);
         epilogue(&mut l, grp, &out, written)?;
+        if rows {
+            l.vectorize_fold(info.prologue, axis);
+        }
         return Ok(vec![l.k]);
     }
 
@@ -77,6 +80,9 @@ pub(super) fn lower(
     let partials = scratch(partial_shape.numel() as u64 * 4);
     l.k.kind = Kind::Reduce(info);
     l.k.outputs.push((partials, value));
+    if rows {
+        l.vectorize_fold(info.prologue, axis);
+    }
     let first = l.k;
 
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &partial_shape, outputs), slot);
