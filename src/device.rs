@@ -216,6 +216,11 @@ impl Device {
         self.inner.backend.synchronize()
     }
 
+    /// Storage buffers one kernel may bind on this device, parameters included.
+    pub(crate) fn max_bindings(&self) -> usize {
+        self.inner.backend.max_bindings()
+    }
+
     /// The largest tensor, in bytes, one kernel can bind on this device.
     pub fn max_tensor_bytes(&self) -> u64 {
         self.inner.backend.max_buffer_bytes()

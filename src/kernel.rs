@@ -153,11 +153,11 @@ pub struct Kernel {
     pub dims_at: Option<usize>,
     /// Elements per thread: 4 (vec4) or 1.
     pub width: usize,
-    /// Strided views (by parameter index) staged through workgroup memory: non-empty makes the kernel *tiled*,
+    /// Strided reads (input, view parameter index) staged through workgroup memory: non-empty makes the kernel *tiled*,
     /// each workgroup computing a `TILE` x `TILE` block of the two innermost axes. A view whose stride is 1 along
     /// the rows and not along the columns (a transposed operand) is read down columns, so loading it by element
     /// touches a new cache line per element; a tile reads it along its rows and hands it over transposed.
-    pub tiles: Vec<usize>,
+    pub tiles: Vec<(usize, usize)>,
     /// The phases of a [`Kind::Rows`] kernel (empty for other kinds).
     pub phases: Vec<Phase>,
     /// Graph ops this kernel computes, for debugging output.

@@ -140,9 +140,23 @@ impl Device {
 
     /// Realizes `ids` in one job and reads them back without blocking the caller's thread on the device.
     pub(crate) async fn read_async(&self, ids: &[NodeId]) -> Result<Vec<Vec<f32>>> {
-        let tickets = self.run(ids, ids)?;
-        ReadsDone { device: self, tickets: &tickets }.await?;
-        self.collect(tickets)
+        let mut pending = Pending { device: self, tickets: self.run(ids, ids)? };
+        ReadsDone { device: self, tickets: &pending.tickets }.await?;
+        self.collect(std::mem::take(&mut pending.tickets))
+    }
+}
+
+/// Read-backs not yet collected: discarded if the future fails or is dropped, so no staging buffer stays behind.
+struct Pending<'a> {
+    device: &'a Device,
+    tickets: Vec<Option<ReadId>>,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        for id in self.tickets.drain(..).flatten() {
+            self.device.inner.backend.discard_read(id);
+        }
     }
 }
 

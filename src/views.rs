@@ -9,8 +9,8 @@ use crate::tensor::Tensor;
 use crate::view::View;
 use smallvec::SmallVec;
 
-/// Concatenations of more parts than this are built as a concatenation of stored concatenations, so one kernel
-/// never binds more buffers than an adapter allows.
+/// Concatenations of more parts than this (or than the device binds, less the output and parameters) are built as
+/// a concatenation of stored concatenations, so one kernel never binds more buffers than the adapter allows.
 const MAX_CAT_PARTS: usize = 16;
 
 #[track_caller]
@@ -313,9 +313,10 @@ impl Tensor {
         if tensors.len() == 1 {
             return Ok((*first).clone());
         }
-        if tensors.len() > MAX_CAT_PARTS {
+        let max_parts = MAX_CAT_PARTS.min(first.device.max_bindings().saturating_sub(2)).max(2);
+        if tensors.len() > max_parts {
             let chunks: Vec<Tensor> = tensors
-                .chunks(MAX_CAT_PARTS)
+                .chunks(max_parts)
                 .map(|c| Tensor::try_cat(c, d).map(|t| t.stored_copy()))
                 .collect::<Result<_>>()?;
             return Tensor::try_cat(&chunks.iter().collect::<Vec<_>>(), d);

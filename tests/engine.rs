@@ -336,3 +336,21 @@ fn constants_need_no_buffer_until_realized_alone() {
         assert_eq!(dev.stats().bytes_uploaded, uploaded, "only a is uploaded");
     }
 }
+
+#[test]
+fn the_cpu_backend_works_from_rayon_tasks() {
+    use rayon::prelude::*;
+    // Realizes inside rayon's own tasks: the backend must not wait on nested tasks that could re-enter the device.
+    let cpu = lazor::Device::cpu();
+    let got: Vec<f32> = (0..32)
+        .into_par_iter()
+        .map(|i| {
+            let t = Tensor::from_vec_on(vec![i as f32 * 0.001; 50_000], [50_000], &cpu);
+            ((&t * 2.0).exp() - 1.0).sum_all().to_scalar()
+        })
+        .collect();
+    for (i, v) in got.iter().enumerate() {
+        let want = 50_000.0 * ((i as f32 * 0.002).exp() - 1.0);
+        assert!((v - want).abs() <= 1e-3 * want.abs().max(1.0), "task {i}: {v} vs {want}");
+    }
+}

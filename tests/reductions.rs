@@ -133,6 +133,14 @@ fn empty_axes_nan_and_infinities_on(dev: &Device) {
     assert_eq!(e.logsumexp(-1).to_vec(), vec![f32::NEG_INFINITY; 3]);
     assert_eq!(e.softmax(-1).shape(), &[3, 0]);
     assert_eq!(Tensor::zeros_on([0], &dev).sum_all().to_scalar(), 0.0);
+    // Empty axes under anything: a fold of a fold, a stored empty tensor, an empty concatenation.
+    assert_eq!(Tensor::zeros_on([0, 5], &dev).sum(1).sum(0).to_vec(), vec![0.0]);
+    let stored_empty = Tensor::zeros_on([4, 0], &dev) + 1.0;
+    stored_empty.realize().unwrap();
+    assert_eq!(stored_empty.sum(1).to_vec(), vec![0.0; 4]);
+    let ec = Tensor::cat(&[&Tensor::zeros_on([2, 0], &dev), &Tensor::zeros_on([2, 0], &dev)], 0);
+    assert_eq!(ec.sum(1).to_vec(), vec![0.0; 4]);
+    assert_eq!(ec.softmax(1).shape(), &[4, 0]);
     match e.try_max(-1) {
         Err(Error::BadArgument { op, shape, .. }) => assert_eq!((op, shape.dims()), ("max", &[3usize, 0][..])),
         other => panic!("expected an error, got {other:?}"),
@@ -352,5 +360,23 @@ fn rows_kernels_read_views_and_concatenations_and_write_their_folds() {
         assert_close(&m.to_vec(), &want[0], 0.0, 0.0, "max written by the rows kernel");
         assert_close(&s.to_vec(), &want[1], 1e-5, 1e-5, "sum written by the rows kernel");
         assert_close(&sm.to_vec(), &want[2], 1e-5, 1e-6, "softmax written by the rows kernel");
+    }
+}
+
+#[test]
+fn rows_kernels_name_folds_after_maps_and_tiles_keep_inputs_apart() {
+    for dev in devices() {
+        let mut rng = Rng::new(9);
+        // A map between two folds of one rows kernel: max, then y, then the sum, then the division.
+        let x = stored(&dev, &mut rng, &[512, 256]);
+        let y = &x - x.max_keepdim(-1);
+        let sm = x.softmax(-1);
+        let want = lazor::reference::eval(&[&y, &sm]);
+        lazor::realize(&[&y, &sm]).unwrap();
+        assert_close(&y.to_vec(), &want[0], 0.0, 0.0, "the map between the folds");
+        assert_close(&sm.to_vec(), &want[1], 1e-5, 1e-6, "the softmax after it");
+        // Two different inputs transposed the same way: two tiles, not one.
+        let (a, b) = (stored(&dev, &mut rng, &[256, 256]), stored(&dev, &mut rng, &[256, 256]));
+        check(&(a.t() + b.t()), 0.0, 0.0, "two transposed inputs");
     }
 }

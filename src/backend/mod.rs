@@ -75,6 +75,8 @@ pub(crate) trait Backend: Send + Sync {
     fn read_ready(&self, id: ReadId) -> bool;
     /// The values of a read-back, waiting for them if needed.
     fn take_read(&self, id: ReadId) -> Result<Vec<f32>>;
+    /// Forgets a read-back nobody will take (its future was dropped or failed).
+    fn discard_read(&self, id: ReadId);
     /// Turns subgroup operations in generated kernels on (where the device has them) or off.
     fn set_subgroups(&self, _on: bool) {}
     /// Whether generated kernels use subgroup operations.

@@ -269,15 +269,7 @@ fn tiled_main(e: &mut Emitter) {
         if checked {
             e.line(3, &format!("if (r0_ + tx >= {rows} || c0_ + ty + {STEP}u * k >= {cols}) {{ continue; }}"));
         }
-        for (t, &view_at) in k.tiles.iter().enumerate() {
-            let input = k
-                .body
-                .iter()
-                .find_map(|i| match i {
-                    Instr::Load { input, access: Access::Tile(n), .. } if *n == t => Some(*input),
-                    _ => None,
-                })
-                .expect("a tile has a load");
+        for (t, &(input, view_at)) in k.tiles.iter().enumerate() {
             let ix = index_at(rank, view_at, &names);
             e.line(3, &format!("tile{t}[(ty + {STEP}u * k) * {PITCH}u + tx] = i{input}[u32({ix})];"));
         }

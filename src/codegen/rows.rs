@@ -43,7 +43,9 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.line(1, &format!("q = q / {};", dim(d)));
     }
     e.line(1, &format!("let n = select(0u, {}, valid);", dim(axis)));
-    for (n, phase) in k.phases.iter().enumerate() {
+    // Folds are numbered among folds (as `Instr::Folded` counts them), not among phases.
+    let mut n = 0;
+    for phase in &k.phases {
         match phase {
             Phase::Fold { op, body, value, output } => {
                 let fold = Fold { op: *op, axis, body: body.clone(), value: *value };
@@ -58,6 +60,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
                 // Before the next fold writes `red` again.
                 e.line(2, "workgroupBarrier();");
                 e.line(1, "}");
+                n += 1;
             }
             Phase::Map { body, outputs } => {
                 e.line(1, "for (var r = lane_t; r < n; r = r + team) {");

@@ -299,17 +299,18 @@ impl<'a> Lowerer<'a> {
         }
         let params = &k.params;
         let p = |i: usize| params[i] as i32 as isize;
-        let mut tiles: Vec<usize> = Vec::new();
+        // One tile per (input, view): two inputs read through equal strides are two tiles.
+        let mut tiles: Vec<(usize, usize)> = Vec::new();
         for instr in &mut k.body {
-            if let Instr::Load { view: Some(v), access, .. } = instr {
+            if let Instr::Load { view: Some(v), access, input } = instr {
                 let transposed = v.frame == 0 && p(v.at + rank - 2) == 1 && !matches!(p(v.at + rank - 1), 0 | 1);
                 if !transposed {
                     continue;
                 }
-                let n = match tiles.iter().position(|&at| at == v.at) {
+                let n = match tiles.iter().position(|&t| t == (*input, v.at)) {
                     Some(n) => n,
                     None if tiles.len() < MAX_TILES => {
-                        tiles.push(v.at);
+                        tiles.push((*input, v.at));
                         tiles.len() - 1
                     }
                     None => continue,

@@ -61,7 +61,7 @@ pub(super) fn lower(
     l.need_coords();
     let chunks_at = l.param(c as u32);
     let team_at = l.param(team(n.div_ceil(c)));
-    let value = l.root(x, &input)?;
+    let value = folded_value(&mut l, x, &input, op)?;
     let info = Reduce { op, axis, rows, prologue: l.k.body.len(), value, chunks_at, team_at, partial: c > 1 };
     l.k.fused_ops += 1;
     if c == 1 {
@@ -95,6 +95,16 @@ pub(super) fn lower(
     l.k.kind = Kind::Reduce(info);
     epilogue(&mut l, grp, &out, written)?;
     Ok(vec![first, l.k])
+}
+
+/// The element a fold folds: its input evaluated per element, or, over an empty axis, never evaluated (the fold
+/// is its identity), so an empty input is not lowered at all.
+fn folded_value(l: &mut Lowerer, input: NodeId, domain: &Shape, op: crate::op::ReduceOp) -> Result<usize, NodeId> {
+    if domain.numel() == 0 {
+        let at = l.param(op.identity().to_bits());
+        return Ok(l.push(Instr::Scalar(at)));
+    }
+    l.root(input, domain)
 }
 
 /// The members after the fold, evaluated per output with the fold as the reduce node's value.
@@ -132,7 +142,7 @@ pub(super) fn lower_rows(
         l.current = Some(member);
         let lo = l.k.body.len();
         if let Op::Reduce(op, input, _) = graph.node(member).op {
-            let value = l.root(input, &domain)?;
+            let value = folded_value(&mut l, input, &domain, op)?;
             let output = written(member).then(|| {
                 let s = l.slot(member);
                 l.k.outputs.push((s, value));

@@ -13,6 +13,17 @@ const BATCH: usize = 1024;
 /// Elements one parallel task covers.
 const TASK: usize = 32 * BATCH;
 
+/// Runs `f` for every task index, in parallel on rayon's pool, or in order when called from one of its threads:
+/// a pool thread waiting on nested tasks may run one of its caller's other tasks, which could lock this device
+/// again on the same thread.
+fn tasks(n: usize, f: impl Fn(usize) + Send + Sync) {
+    if rayon::current_thread_index().is_some() {
+        (0..n).for_each(f);
+    } else {
+        (0..n).into_par_iter().for_each(f);
+    }
+}
+
 /// A pointer to an output that parallel tasks write disjoint ranges of.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
@@ -256,7 +267,7 @@ pub(super) fn elementwise(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f3
     let ctx = Ctx::new(k, inputs);
     let numel = k.shape.numel();
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
-    (0..numel.div_ceil(TASK)).into_par_iter().for_each(|t| {
+    tasks(numel.div_ceil(TASK), |t| {
         let mut regs = Regs::new(k.body.len());
         let mut batch = Batch::empty();
         let end = numel.min((t + 1) * TASK);
@@ -302,7 +313,7 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     out_dims[r.axis] = 1;
     let strided =
         k.body[..r.prologue].iter().any(|i| matches!(i, Instr::Load { view: Some(_), .. } | Instr::Cat { .. }));
-    (0..blocks * chunks).into_par_iter().for_each(|t| {
+    tasks(blocks * chunks, |t| {
         let (b, j) = (t / chunks, t % chunks);
         let block = b * BATCH..out_count.min((b + 1) * BATCH);
         let (lo, hi) = (j * len, n.min(j * len + len));
@@ -377,7 +388,7 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
     out_dims[axis] = 1;
     let strided = k.body.iter().any(|i| matches!(i, Instr::Load { view: Some(_), .. } | Instr::Cat { .. }));
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
-    (0..k.params[0] as usize).into_par_iter().for_each(|o| {
+    tasks(k.params[0] as usize, |o| {
         let mut regs = Regs::new(k.body.len());
         let base = unravel(o, &out_dims);
         let mut folds: Vec<f32> = Vec::new();

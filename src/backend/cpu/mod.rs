@@ -99,7 +99,8 @@ impl Backend for CpuBackend {
     }
 
     fn max_buffer_bytes(&self) -> u64 {
-        isize::MAX as u64
+        // Kernel parameters hold element indices and strides as 32-bit integers, as on the GPU.
+        i32::MAX as u64 * 4
     }
 
     fn check_health(&self) -> Result<()> {
@@ -201,6 +202,10 @@ impl Backend for CpuBackend {
 
     fn take_read(&self, id: ReadId) -> Result<Vec<f32>> {
         self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))
+    }
+
+    fn discard_read(&self, id: ReadId) {
+        self.state().reads.remove(id);
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

@@ -97,6 +97,11 @@ impl Backend for WgpuBackend {
         self.finish_read(id)
     }
 
+    fn discard_read(&self, id: ReadId) {
+        // Dropping the staging buffer cancels its mapping.
+        self.state().reads.remove(id);
+    }
+
     fn set_subgroups(&self, on: bool) {
         self.subgroups.store(on && self.gpu.subgroups, Ordering::Relaxed);
     }
