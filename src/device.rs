@@ -106,6 +106,12 @@ impl Device {
         if let Some(d) = DEFAULT.get() {
             return d.clone();
         }
+        // One thread opens it; the others wait rather than open devices of their own to throw away.
+        static OPENING: Mutex<()> = Mutex::new(());
+        let _opening = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = DEFAULT.get() {
+            return d.clone();
+        }
         let dev = match Device::open_default() {
             Ok(d) => d,
             Err(e) => panic!("{e}"),

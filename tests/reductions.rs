@@ -45,8 +45,9 @@ fn check_axis(x: &Tensor, d: i32, what: &str) {
     check(&x.prod_keepdim(d), 1e-4 * n.max(1.0), 1e-6, &format!("{what}: prod({d})"));
     check(&x.var(d), tol, tol, &format!("{what}: var({d})"));
     if n > 0.0 {
-        check(&x.max(d), 1e-6, 0.0, &format!("{what}: max({d})"));
-        check(&x.min_keepdim(d), 1e-6, 0.0, &format!("{what}: min_keepdim({d})"));
+        // Exact for stored values; an expression's elements carry the device's own `sin` (NVIDIA: 2e-6 off).
+        check(&x.max(d), 1e-5, 1e-6, &format!("{what}: max({d})"));
+        check(&x.min_keepdim(d), 1e-5, 1e-6, &format!("{what}: min_keepdim({d})"));
         check(&x.softmax(d), 1e-5, 1e-6, &format!("{what}: softmax({d})"));
         check(&x.log_softmax(d), 1e-5, 1e-5, &format!("{what}: log_softmax({d})"));
         check(&x.logsumexp(d), 1e-5, 1e-5, &format!("{what}: logsumexp({d})"));
