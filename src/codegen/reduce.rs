@@ -20,18 +20,8 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let at = k.dims_at.expect("reduce kernels have coordinates");
     let dim = |d: usize| format!("p[{}]", at + d);
     let wg = WORKGROUP_SIZE;
-    if r.rows {
-        let _ = writeln!(e.out, "var<workgroup> red: array<f32, {wg}>;");
-    }
     let subgroups = target.subgroups && r.rows;
-    let lanes =
-        if subgroups { ", @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) lanes: u32" } else { "" };
-    let _ = write!(
-        e.out,
-        "@compute @workgroup_size({wg})\n\
-         fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, \
-         @builtin(num_workgroups) nwg: vec3<u32>{lanes}) {{\n"
-    );
+    main_header(&mut e, r.rows, subgroups);
     e.line(1, "let w = wid.x + wid.y * nwg.x;");
     e.line(1, &format!("let chunks = p[{}];", r.chunks_at));
     if r.rows {
@@ -52,12 +42,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.line(1, "let j = w / groups;");
         e.line(1, "if (o >= p[0]) { return; }");
     }
-    // The output's coordinates: every axis but the folded one, innermost first.
-    e.line(1, "var q = o;");
-    for d in (0..rank).rev().filter(|&d| d != r.axis) {
-        e.line(1, &format!("let c{d} = i32(q % {});", dim(d)));
-        e.line(1, &format!("q = q / {};", dim(d)));
-    }
+    output_coords(&mut e, r.axis);
     e.line(1, &format!("let n = {};", dim(r.axis)));
     if e.wide {
         // Chunks of whole vectors.
@@ -107,6 +92,32 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.out.push_str("}\n");
     let Emitter { b, out, .. } = e;
     b.finish(&out)
+}
+
+/// Declares the tree's workgroup memory (when `tree`) and opens `main` with the builtins folds use.
+pub(super) fn main_header(e: &mut Emitter, tree: bool, subgroups: bool) {
+    let wg = WORKGROUP_SIZE;
+    if tree {
+        let _ = writeln!(e.out, "var<workgroup> red: array<f32, {wg}>;");
+    }
+    let lanes =
+        if subgroups { ", @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) lanes: u32" } else { "" };
+    let _ = write!(
+        e.out,
+        "@compute @workgroup_size({wg})\n\
+         fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, \
+         @builtin(num_workgroups) nwg: vec3<u32>{lanes}) {{\n"
+    );
+}
+
+/// The coordinates `c{d}` of output `o` on every axis but the folded one, innermost first.
+pub(super) fn output_coords(e: &mut Emitter, axis: usize) {
+    let at = e.k.dims_at.expect("folds have coordinates");
+    e.line(1, "var q = o;");
+    for d in (0..e.k.shape.ndim()).rev().filter(|&d| d != axis) {
+        e.line(1, &format!("let c{d} = i32(q % p[{}]);", at + d));
+        e.line(1, &format!("q = q / p[{}];", at + d));
+    }
 }
 
 /// Independent folds each thread keeps, one element each per step.

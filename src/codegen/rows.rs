@@ -3,10 +3,9 @@
 //! outputs for every element of the row. The row is read from memory once; the later phases find it in cache.
 
 use super::elementwise::Emitter;
-use super::reduce::{accumulate, row_major, tree, Fold};
+use super::reduce::{accumulate, main_header, output_coords, row_major, tree, Fold};
 use super::{Target, WORKGROUP_SIZE};
 use crate::kernel::{Kernel, Kind, Phase};
-use std::fmt::Write;
 
 /// The WGSL source of a rows kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
@@ -16,18 +15,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let at = k.dims_at.expect("rows kernels have coordinates");
     let dim = |d: usize| format!("p[{}]", at + d);
     let wg = WORKGROUP_SIZE;
-    let lanes = if target.subgroups {
-        ", @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) lanes: u32"
-    } else {
-        ""
-    };
-    let _ = writeln!(e.out, "var<workgroup> red: array<f32, {wg}>;");
-    let _ = write!(
-        e.out,
-        "@compute @workgroup_size({wg})\n\
-         fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, \
-         @builtin(num_workgroups) nwg: vec3<u32>{lanes}) {{\n"
-    );
+    main_header(&mut e, true, target.subgroups);
     // A team of threads per row, `256 / team` rows per workgroup.
     e.line(1, &format!("let team = p[{team_at}];"));
     e.line(1, "let lane_t = lid.x % team;");
@@ -37,11 +25,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.line(1, "let o = first + lid.x / team;");
     // A team past the last row computes nothing but still meets its workgroup's barriers.
     e.line(1, "let valid = o < p[0];");
-    e.line(1, "var q = o;");
-    for d in (0..rank).rev().filter(|&d| d != axis) {
-        e.line(1, &format!("let c{d} = i32(q % {});", dim(d)));
-        e.line(1, &format!("q = q / {};", dim(d)));
-    }
+    output_coords(&mut e, axis);
     e.line(1, &format!("let n = select(0u, {}, valid);", dim(axis)));
     // Folds are numbered among folds (as `Instr::Folded` counts them), not among phases.
     let mut n = 0;

@@ -115,6 +115,16 @@ impl<'a> Lowerer<'a> {
         (self.slot)(id)
     }
 
+    /// Stores `member`'s value (instruction `value`) when it leaves the kernel; its index among the outputs.
+    pub fn output(&mut self, member: NodeId, value: usize, written: &dyn Fn(NodeId) -> bool) -> Option<usize> {
+        if !written(member) {
+            return None;
+        }
+        let s = self.slot(member);
+        self.k.outputs.push((s, value));
+        Some(self.k.outputs.len() - 1)
+    }
+
     pub fn param(&mut self, word: u32) -> usize {
         self.k.params.push(word);
         self.k.params.len() - 1
@@ -362,14 +372,7 @@ impl<'a> Lowerer<'a> {
             .iter()
             .map(|i| match *i {
                 Instr::Load { view: Some(v), input, .. } if wide => {
-                    let inner = p(v.at + rank - 1);
-                    let aligned = (p(v.at + rank) - inner_shift(v.frame) * inner) % 4 == 0
-                        && (0..rank - 1).all(|d| p(v.at + d) % 4 == 0 || k.shape.dims()[d] == 1);
-                    let a = match inner {
-                        0 => Access::Splat,
-                        1 if aligned => Access::Vector,
-                        _ => Access::Gather,
-                    };
+                    let a = wide_access(&k.params, &k.shape, v.at, inner_shift(v.frame));
                     if a != Access::Vector {
                         vector_ok[input] = false;
                     }
@@ -401,7 +404,6 @@ impl Lowerer<'_> {
         {
             return;
         }
-        let p = |params: &[u32], i: usize| params[i] as i32 as isize;
         // Inputs the epilogue reads one element at a time are bound as scalars.
         let mut vector_ok = vec![true; k.inputs.len()];
         for instr in &k.body[prologue..] {
@@ -409,17 +411,9 @@ impl Lowerer<'_> {
                 vector_ok[*input] = false;
             }
         }
-        let dims = k.shape.dims().to_vec();
         for instr in &mut k.body[..prologue] {
             if let Instr::Load { view: Some(v), input, access } = instr {
-                let inner = p(&k.params, v.at + rank - 1);
-                let aligned = p(&k.params, v.at + rank) % 4 == 0
-                    && (0..rank - 1).all(|d| p(&k.params, v.at + d) % 4 == 0 || dims[d] == 1);
-                *access = match inner {
-                    0 => Access::Splat,
-                    1 if aligned => Access::Vector,
-                    _ => Access::Gather,
-                };
+                *access = wide_access(&k.params, &k.shape, v.at, 0);
                 if *access != Access::Vector {
                     vector_ok[*input] = false;
                 }
@@ -429,6 +423,22 @@ impl Lowerer<'_> {
         for (input, ok) in k.inputs.iter_mut().zip(vector_ok) {
             input.1 = ok;
         }
+    }
+}
+
+/// How a vectorized kernel over `shape` reads 4 elements adjacent along its innermost axis through the view whose
+/// parameters start at `at`, in a frame whose innermost coordinate is shifted back by `shift`: one 16-byte load
+/// (stride 1 and a 4-aligned start), one element repeated (stride 0), or 4 loads.
+fn wide_access(params: &[u32], shape: &Shape, at: usize, shift: isize) -> Access {
+    let rank = shape.ndim();
+    let p = |i: usize| params[i] as i32 as isize;
+    let inner = p(at + rank - 1);
+    let aligned =
+        (p(at + rank) - shift * inner) % 4 == 0 && (0..rank - 1).all(|d| p(at + d) % 4 == 0 || shape.dims()[d] == 1);
+    match inner {
+        0 => Access::Splat,
+        1 if aligned => Access::Vector,
+        _ => Access::Gather,
     }
 }
 
@@ -463,10 +473,7 @@ pub(super) fn lower(
     let mut l = Lowerer::new(graph, fusion, &grp.members, k, slot);
     for &member in &grp.members {
         let v = l.root(member, &grp.shape)?;
-        if written(member) {
-            let s = l.slot(member);
-            l.k.outputs.push((s, v));
-        }
+        l.output(member, v, written);
     }
     l.vectorize();
     Ok(l.k)

@@ -153,8 +153,7 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
         let node = graph.node(id);
         let is_empty = node.shape.numel() == 0;
         match node.op {
-            // An empty input a kernel still binds (the prologue of a fold over an empty axis) is uploaded as such.
-            Op::Data(_) if is_empty && !slots.of.contains_key(&id) => empty.push(id),
+            Op::Data(_) if is_empty => empty.push(id),
             Op::Data(_) => {
                 slots.get(id);
             }

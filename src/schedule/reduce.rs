@@ -112,10 +112,7 @@ fn epilogue(l: &mut Lowerer, grp: &Group, out: &Shape, written: &dyn Fn(NodeId) 
     l.set_domain(out, Some(grp.members[0]));
     for &member in &grp.members {
         let v = l.root(member, out)?;
-        if written(member) {
-            let s = l.slot(member);
-            l.k.outputs.push((s, v));
-        }
+        l.output(member, v, written);
     }
     Ok(())
 }
@@ -143,23 +140,14 @@ pub(super) fn lower_rows(
         let lo = l.k.body.len();
         if let Op::Reduce(op, input, _) = graph.node(member).op {
             let value = folded_value(&mut l, input, &domain, op)?;
-            let output = written(member).then(|| {
-                let s = l.slot(member);
-                l.k.outputs.push((s, value));
-                l.k.outputs.len() - 1
-            });
+            let output = l.output(member, value, written);
             l.k.phases.push(Phase::Fold { op, body: lo..l.k.body.len(), value, output });
             let phase = l.folds.len();
             l.folds.insert(member, phase);
             l.k.fused_ops += 1;
         } else {
             let value = l.root(member, &domain)?;
-            let mut outputs = Vec::new();
-            if written(member) {
-                let s = l.slot(member);
-                l.k.outputs.push((s, value));
-                outputs.push(l.k.outputs.len() - 1);
-            }
+            let outputs = l.output(member, value, written).into_iter().collect();
             l.k.phases.push(Phase::Map { body: lo..l.k.body.len(), outputs });
         }
     }
