@@ -26,6 +26,18 @@ pub enum Error {
         /// The tensor's shape.
         shape: Shape,
     },
+    /// Two operands whose shapes do not fit together (a matrix product's inner sizes).
+    #[error("lazor: {op}: {message}: shapes {lhs} and {rhs}")]
+    ShapeMismatch {
+        /// The op, as users call it.
+        op: &'static str,
+        /// What does not fit.
+        message: String,
+        /// The left operand's shape.
+        lhs: Shape,
+        /// The right operand's shape.
+        rhs: Shape,
+    },
     /// Operands that live on two different devices.
     #[error("lazor: {op}: operands live on different devices")]
     DeviceMismatch {

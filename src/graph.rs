@@ -36,6 +36,9 @@ pub enum Op {
     Contiguous(NodeId),
     /// The input folded along one axis, which the node keeps with extent 1.
     Reduce(ReduceOp, NodeId, usize),
+    /// The matrix product of `[..., m, k]` and `[..., k, n]` with equal batch axes (the API broadcasts them by
+    /// views first), giving `[..., m, n]`.
+    Matmul(NodeId, NodeId),
 }
 
 impl Op {
@@ -44,7 +47,7 @@ impl Op {
         match self {
             Op::Data(_) | Op::Const(_) | Op::Buffer => SmallVec::new(),
             Op::Unary(_, a) | Op::View(_, a) | Op::Contiguous(a) | Op::Reduce(_, a, _) => smallvec::smallvec![*a],
-            Op::Binary(_, a, b) => smallvec::smallvec![*a, *b],
+            Op::Binary(_, a, b) | Op::Matmul(a, b) => smallvec::smallvec![*a, *b],
             Op::Cat(parts, _) => parts.clone(),
         }
     }

@@ -7,7 +7,7 @@
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::shape::Shape;
 
-/// What kind of kernel this is. Each kind has its own codegen template; matmul will add a variant.
+/// What kind of kernel this is. Each kind has its own codegen template.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// One thread per element (or per 4 elements) of the iteration shape; any number of same-shaped outputs.
@@ -23,6 +23,45 @@ pub enum Kind {
         /// Parameter index of the team size: threads per row, as in [`Reduce::team_at`].
         team_at: usize,
     },
+    /// A batched matrix product over the output's shape `[..., m, n]`, tiled, with its operands' expressions run on
+    /// their loads and an elementwise epilogue before the one store.
+    Matmul(Matmul),
+}
+
+/// How a matmul kernel reads and tiles. Instructions `..a_end` compute operand A at coordinates `[..., row, k]`
+/// (its value in `a`), `a_end..b_end` operand B at `[..., k, col]` (value `b`), and the rest is the epilogue at
+/// `[..., row, col]`, where [`Instr::Reduced`] is the product. All three index the kernel's rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Matmul {
+    pub a: usize,
+    pub a_end: usize,
+    pub b: usize,
+    pub b_end: usize,
+    /// Parameter index of the inner size k.
+    pub k_at: usize,
+    /// Whether the operand's memory is contiguous along k (A row-major, B transposed): its tile is then read along
+    /// k, otherwise along its rows (A) or columns (B), so neighbouring threads read neighbouring addresses.
+    pub a_along_k: bool,
+    pub b_along_k: bool,
+    pub tile: MatmulTile,
+}
+
+/// A matmul's blocking: a workgroup computes `bm` x `bn` outputs, staging `bk` steps of k of both operands in
+/// workgroup memory; each thread computes `tm` x `tn` of them in registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulTile {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub tm: u32,
+    pub tn: u32,
+}
+
+impl MatmulTile {
+    /// Workgroups covering `m` x `n` outputs.
+    pub fn groups(&self, m: usize, n: usize) -> usize {
+        m.div_ceil(self.bm as usize) * n.div_ceil(self.bn as usize)
+    }
 }
 
 /// One phase of a [`Kind::Rows`] kernel.
@@ -180,6 +219,11 @@ impl Kernel {
                 return (outputs * chunks).div_ceil(per) * wg;
             }
             return outputs.div_ceil(wg) * chunks * wg;
+        }
+        if let Kind::Matmul(mm) = self.kind {
+            let d = self.shape.dims();
+            let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
+            return mm.tile.groups(m, n) * (self.shape.numel() / (m * n)) * wg;
         }
         if self.tiles.is_empty() {
             return self.shape.numel().div_ceil(self.width);

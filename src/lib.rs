@@ -27,6 +27,7 @@ mod env;
 mod error;
 mod graph;
 mod kernel;
+mod matmul;
 #[doc(hidden)]
 pub mod op;
 mod ops;

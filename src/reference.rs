@@ -56,6 +56,25 @@ pub fn reduce(values: &[f32], shape: &Shape, op: ReduceOp, axis: usize) -> Vec<f
     out
 }
 
+/// The batched matrix product of `a` (`[..., m, k]`) and `b` (`[..., k, n]`, the same batch axes), accumulated in
+/// `f64` and rounded once: the exact side of every matmul tolerance.
+pub fn matmul(a: &[f32], b: &[f32], sa: &Shape, sb: &Shape) -> Vec<f32> {
+    let (da, db) = (sa.dims(), sb.dims());
+    let r = da.len();
+    let (m, k, n) = (da[r - 2], da[r - 1], db[r - 1]);
+    let batch: usize = da[..r - 2].iter().product();
+    let mut out = Vec::with_capacity(batch * m * n);
+    for bi in 0..batch {
+        let (a, b) = (&a[bi * m * k..], &b[bi * k * n..]);
+        for i in 0..m {
+            for j in 0..n {
+                out.push((0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum::<f64>() as f32);
+            }
+        }
+    }
+    out
+}
+
 /// `parts` (row-major, of `shapes`) joined along axis `dim`.
 pub fn concat(parts: &[&[f32]], shapes: &[&Shape], dim: usize) -> Vec<f32> {
     let outer: usize = shapes.first().map_or(1, |s| s.dims()[..dim].iter().product());
@@ -122,6 +141,7 @@ pub fn eval(tensors: &[&Tensor]) -> Vec<Vec<f32>> {
             Op::View(view, a) => gather(&values[a], view),
             Op::Contiguous(a) => values[a].clone(),
             Op::Reduce(op, a, axis) => reduce(&values[a], &graph.node(*a).shape, *op, *axis),
+            Op::Matmul(a, b) => matmul(&values[a], &values[b], &graph.node(*a).shape, &graph.node(*b).shape),
             Op::Cat(parts, dim) => {
                 let vals: Vec<&[f32]> = parts.iter().map(|p| values[p].as_slice()).collect();
                 let shapes: Vec<&Shape> = parts.iter().map(|p| &graph.node(*p).shape).collect();

@@ -6,6 +6,7 @@
 //! pipeline cache key.
 
 mod elementwise;
+mod matmul;
 mod reduce;
 mod rows;
 
@@ -175,6 +176,7 @@ pub fn generate(kernel: &Kernel, target: &Target) -> String {
         Kind::Elementwise => elementwise::generate(kernel),
         Kind::Reduce(_) => reduce::generate(kernel, target),
         Kind::Rows { .. } => rows::generate(kernel, target),
+        Kind::Matmul(_) => matmul::generate(kernel),
     }
 }
 

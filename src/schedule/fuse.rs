@@ -15,6 +15,11 @@ use std::collections::{HashMap, HashSet};
 /// Leaves whose buffers a node's inlined expression reads; kept at most as long as the binding limit.
 pub(super) type LeafSet = SmallVec<[NodeId; 8]>;
 
+/// Most ops (and most buffers) an operand's expression may have and still run inside a matmul's loads: a scale, a
+/// unary op, a broadcast bias. Anything larger is stored first, as re-evaluating it per tile load would cost more
+/// than one pass over it.
+const MAX_PROLOGUE_OPS: usize = 2;
+
 /// How far back a node looks for a kernel of its shape to join.
 const MERGE_WINDOW: usize = 16;
 
@@ -33,9 +38,9 @@ pub struct Options {
 /// A group of materialized nodes: one future kernel.
 pub(super) struct Group {
     pub shape: Shape,
-    /// The reduce node a reduce group starts with; the other members are its epilogue, or, in a rows group,
+    /// The fold or matrix product a group starts with; the other members are its epilogue, or, in a rows group,
     /// further folds and maps over the same rows.
-    pub reduce: Option<NodeId>,
+    pub head: Option<NodeId>,
     /// A rows group: folds over the rows of one domain and maps over them, the later reading the earlier.
     pub rows: bool,
     pub members: Vec<NodeId>,
@@ -93,7 +98,7 @@ pub(super) fn materialize(
         let node = graph.node(id);
         let wants = match node.op {
             Op::Unary(..) | Op::Binary(..) => !opts.fuse || outputs.contains(&id),
-            Op::Contiguous(_) | Op::Reduce(..) => true,
+            Op::Contiguous(_) | Op::Reduce(..) | Op::Matmul(..) => true,
             Op::Const(_) | Op::View(..) | Op::Cat(..) => outputs.contains(&id),
             Op::Data(_) | Op::Buffer => false,
         };
@@ -113,7 +118,7 @@ pub(super) fn materialize(
         loop {
             // Views and copies compute nothing; a concatenation costs a comparison per part.
             let own_ops = match node.op {
-                Op::Unary(..) | Op::Binary(..) | Op::Reduce(..) => 1,
+                Op::Unary(..) | Op::Binary(..) | Op::Reduce(..) | Op::Matmul(..) => 1,
                 Op::Cat(ref parts, _) => parts.len(),
                 _ => 0,
             };
@@ -122,7 +127,7 @@ pub(super) fn materialize(
                 // Read at the node's own index only when the input has the node's shape and is not viewed.
                 let own_index = match &node.op {
                     Op::View(v, _) => v.is_contiguous(),
-                    Op::Cat(..) | Op::Reduce(..) => false,
+                    Op::Cat(..) | Op::Reduce(..) | Op::Matmul(..) => false,
                     _ => graph.node(i).shape == node.shape,
                 };
                 if fusion.is_buffer(graph, i) {
@@ -142,6 +147,18 @@ pub(super) fn materialize(
                         add(&mut this.strided, leaf);
                     }
                 }
+            }
+            // A matmul runs its operands' expressions on every load of a tile: only cheap ones stay inlined.
+            let heavy = match node.op {
+                Op::Matmul(..) => inputs.iter().copied().find(|i| {
+                    fusion.inlined.get(i).is_some_and(|c| c.ops > MAX_PROLOGUE_OPS || c.leaves.len() > MAX_PROLOGUE_OPS)
+                        && !fusion.is_buffer(graph, *i)
+                }),
+                _ => None,
+            };
+            if let Some(h) = heavy {
+                fusion.materialized.insert(h);
+                continue;
             }
             if this.leaves.len() <= max_inputs && this.ops <= opts.max_ops.max(1) {
                 fusion.inlined.insert(id, this);
@@ -202,7 +219,7 @@ pub(super) fn group(
     let mut group_of: HashMap<NodeId, usize> = HashMap::new();
     for &id in order.iter().filter(|id| fusion.materialized.contains(id)) {
         let shape = &graph.node(id).shape;
-        let is_reduce = matches!(graph.node(id).op, Op::Reduce(..));
+        let is_head = matches!(graph.node(id).op, Op::Reduce(..) | Op::Matmul(..));
         let Inlined { leaves: deps, strided, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
             if let Some(rows) = joins_rows(graph, g, grp, id, &deps, &group_of, no_rows) {
@@ -210,8 +227,8 @@ pub(super) fn group(
                     && bindings_fit(grp, &deps, g, &group_of, opts.max_bindings)
                     && grp.ops + ops <= opts.max_ops;
             }
-            // A fold starts its own kernel; its epilogue takes only members that read the fold.
-            if is_reduce || squeezed(&grp.shape) != squeezed(shape) || grp.reduce.is_some_and(|r| !deps.contains(&r)) {
+            // A fold or product starts its own kernel; its epilogue takes only members that read it.
+            if is_head || squeezed(&grp.shape) != squeezed(shape) || grp.head.is_some_and(|r| !deps.contains(&r)) {
                 return false;
             }
             // Every materialized dependency must come from an earlier kernel, or from this one when it is read at
@@ -236,10 +253,9 @@ pub(super) fn group(
             None
         };
         let g = target.unwrap_or_else(|| {
-            let reduce = is_reduce.then_some(id);
             let grp = Group {
                 shape: shape.clone(),
-                reduce,
+                head: is_head.then_some(id),
                 rows: false,
                 members: Vec::new(),
                 inputs: LeafSet::new(),
@@ -248,7 +264,7 @@ pub(super) fn group(
             groups.push(grp);
             groups.len() - 1
         });
-        if groups[g].reduce.is_some_and(|r| r != id)
+        if groups[g].head.is_some_and(|r| r != id)
             && joins_rows(graph, g, &groups[g], id, &deps, &group_of, no_rows) == Some(true)
         {
             groups[g].rows = true;
@@ -274,7 +290,7 @@ fn joins_rows(
     group_of: &HashMap<NodeId, usize>,
     no_rows: &HashSet<NodeId>,
 ) -> Option<bool> {
-    let first = grp.reduce?;
+    let first = grp.head?;
     let (domain, axis) = row_fold(graph, first)?;
     // An epilogue already joined: the group stays a fold with its epilogue.
     if !grp.rows && grp.members.len() > 1 {

@@ -94,6 +94,12 @@ impl<'a> Lowerer<'a> {
         self.value(id, &Mapping { view: View::contiguous(domain), frame: 0 }, None)
     }
 
+    /// Evaluates `id` at every element of `view`'s shape, `view` mapping those coordinates into `id`'s row-major
+    /// index space (a matrix product reads its operands this way, broadcast over the other operand's axis).
+    pub fn at(&mut self, id: NodeId, view: View) -> Result<usize, NodeId> {
+        self.value(id, &Mapping { view, frame: 0 }, None)
+    }
+
     /// Starts lowering over another domain (a reduce kernel's epilogue): values computed so far stay in the body
     /// but are not reused.
     pub fn set_domain(&mut self, domain: &Shape, reduced: Option<NodeId>) {
@@ -230,7 +236,9 @@ impl<'a> Lowerer<'a> {
                 }
                 Op::Contiguous(src) => self.value(*src, m, anchor)?,
                 Op::Cat(parts, dim) => self.cat(id, parts, *dim, m, fail)?,
-                Op::Data(_) | Op::Buffer | Op::Reduce(..) => unreachable!("leaves and folds are loads"),
+                Op::Data(_) | Op::Buffer | Op::Reduce(..) | Op::Matmul(..) => {
+                    unreachable!("leaves, folds and products are loads")
+                }
             }
         };
         self.cache.insert(key, v);

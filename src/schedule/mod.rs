@@ -3,6 +3,7 @@
 
 mod fuse;
 mod lower;
+mod matmul;
 mod reduce;
 pub mod toposort;
 
@@ -116,7 +117,7 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
         let mut lower_all = || -> Result<Vec<Kernel>, NodeId> {
             let mut kernels = Vec::with_capacity(groups.len());
             for g in &groups {
-                match g.reduce {
+                match g.head {
                     Some(_) if g.rows => {
                         kernels.push(reduce::lower_rows(graph, &fusion, g, &written, &mut |id| slots.get(id))?)
                     }
@@ -124,7 +125,11 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
                     Some(r) => {
                         // Both closures name slots: a cell lets them share the table.
                         let cell = std::cell::RefCell::new(&mut slots);
-                        kernels.extend(reduce::lower(
+                        let lower = match graph.node(r).op {
+                            Op::Matmul(..) => matmul::lower,
+                            _ => reduce::lower,
+                        };
+                        kernels.extend(lower(
                             graph,
                             &fusion,
                             g,

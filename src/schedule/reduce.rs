@@ -36,6 +36,15 @@ pub(super) fn one_pass(n: usize, outputs: usize) -> bool {
     chunks(n, outputs, true) == 1
 }
 
+/// A fold to lower: `op` along `axis` of `domain`, folding the value `value` computes per element of the domain.
+/// Its output is the domain with the axis at extent 1, whose elements are the group's head's in order.
+pub(super) struct Fold<'f> {
+    pub op: crate::op::ReduceOp,
+    pub domain: Shape,
+    pub axis: usize,
+    pub value: &'f mut dyn FnMut(&mut Lowerer) -> Result<usize, NodeId>,
+}
+
 /// Lowers the group whose first member is a reduce node; `scratch` makes a plan buffer of that many bytes for
 /// partial folds.
 pub(super) fn lower(
@@ -46,10 +55,26 @@ pub(super) fn lower(
     slot: &mut dyn FnMut(NodeId) -> usize,
     scratch: &mut dyn FnMut(u64) -> usize,
 ) -> Result<Vec<Kernel>, NodeId> {
-    let r = grp.members[0];
-    let Op::Reduce(op, x, axis) = graph.node(r).op else { unreachable!("a reduce group starts with its fold") };
-    let input = graph.node(x).shape.clone();
-    let out = graph.node(r).shape.clone();
+    let Op::Reduce(op, x, axis) = graph.node(grp.members[0]).op else { unreachable!("a reduce group starts with its fold") };
+    let domain = graph.node(x).shape.clone();
+    let mut value = |l: &mut Lowerer| l.root(x, &graph.node(x).shape);
+    lower_fold(graph, fusion, grp, written, slot, scratch, Fold { op, domain, axis, value: &mut value })
+}
+
+/// Lowers `fold` with the rest of the group as its epilogue, in one kernel or two.
+pub(super) fn lower_fold(
+    graph: &Graph,
+    fusion: &Fusion,
+    grp: &Group,
+    written: &dyn Fn(NodeId) -> bool,
+    slot: &mut dyn FnMut(NodeId) -> usize,
+    scratch: &mut dyn FnMut(u64) -> usize,
+    fold: Fold,
+) -> Result<Vec<Kernel>, NodeId> {
+    let Fold { op, domain: input, axis, value: fold_value } = fold;
+    let mut out_dims = input.dims().to_vec();
+    out_dims[axis] = 1;
+    let out = Shape::from(out_dims);
     let n = input.dims()[axis];
     let outputs = out.numel();
     let rows = input.dims()[axis + 1..].iter().all(|&d| d == 1);
@@ -61,7 +86,7 @@ pub(super) fn lower(
     l.need_coords();
     let chunks_at = l.param(c as u32);
     let team_at = l.param(team(n.div_ceil(c)));
-    let value = folded_value(&mut l, x, &input, op)?;
+    let value = folded_value(&mut l, &input, op, fold_value)?;
     let info = Reduce { op, axis, rows, prologue: l.k.body.len(), value, chunks_at, team_at, partial: c > 1 };
     l.k.fused_ops += 1;
     if c == 1 {
@@ -99,12 +124,17 @@ pub(super) fn lower(
 
 /// The element a fold folds: its input evaluated per element, or, over an empty axis, never evaluated (the fold
 /// is its identity), so an empty input is not lowered at all.
-fn folded_value(l: &mut Lowerer, input: NodeId, domain: &Shape, op: crate::op::ReduceOp) -> Result<usize, NodeId> {
+fn folded_value(
+    l: &mut Lowerer,
+    domain: &Shape,
+    op: crate::op::ReduceOp,
+    value: &mut dyn FnMut(&mut Lowerer) -> Result<usize, NodeId>,
+) -> Result<usize, NodeId> {
     if domain.numel() == 0 {
         let at = l.param(op.identity().to_bits());
         return Ok(l.push(Instr::Scalar(at)));
     }
-    l.root(input, domain)
+    value(l)
 }
 
 /// The members after the fold, evaluated per output with the fold as the reduce node's value.
@@ -139,7 +169,7 @@ pub(super) fn lower_rows(
         l.current = Some(member);
         let lo = l.k.body.len();
         if let Op::Reduce(op, input, _) = graph.node(member).op {
-            let value = folded_value(&mut l, input, &domain, op)?;
+            let value = folded_value(&mut l, &domain, op, &mut |l: &mut Lowerer| l.root(input, &domain))?;
             let output = l.output(member, value, written);
             l.k.phases.push(Phase::Fold { op, body: lo..l.k.body.len(), value, output });
             let phase = l.folds.len();

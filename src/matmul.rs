@@ -1,0 +1,95 @@
+//! The matrix product API: `matmul` with PyTorch's `torch.matmul` rules (vectors, matrices, broadcast batches).
+//! Operands are read through their views; the product is one graph node over equal batch axes.
+
+use crate::error::{Error, Result};
+use crate::graph::Op;
+use crate::shape::Shape;
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// The matrix product, with `torch.matmul`'s rules: `[m, k] x [k, n]` gives `[m, n]`; `[..., m, k] x [..., k, n]`
+    /// gives `[..., m, n]` with the batch axes broadcast by NumPy's rules; a 1-D operand is a vector (`[k] x [k, n]`
+    /// gives `[n]`, `[m, k] x [k]` gives `[m]`, `[k] x [k]` gives `[]`). Views (`b.t()`, `x.narrow(..)`, a permuted
+    /// batch) are read through their strides, with no copy. Accumulates in `f32`.
+    ///
+    /// Elementwise ops on the product (a bias, an activation, a residual) run inside the matmul kernel, and cheap
+    /// ones on an operand (a scale, a unary op) run on its loads.
+    ///
+    /// # Panics
+    /// If the inner sizes differ, the batch axes cannot broadcast, an operand is a scalar or the operands live on
+    /// different devices; [`Tensor::try_matmul`] returns the error instead.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lazor::Tensor;
+    /// let x = Tensor::ones([2, 3]);
+    /// let w = Tensor::ones([4, 3]);
+    /// let y = (x.matmul(&w.t()) + 1.0).relu(); // one kernel
+    /// assert_eq!(y.to_vec(), vec![4.0; 8]);
+    /// ```
+    #[track_caller]
+    pub fn matmul(&self, rhs: &Tensor) -> Tensor {
+        match self.try_matmul(rhs) {
+            Ok(t) => t,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`Tensor::matmul`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] naming both shapes if the inner sizes differ or the batch axes cannot broadcast,
+    /// [`Error::BadArgument`] for a scalar operand, [`Error::DeviceMismatch`] across devices.
+    pub fn try_matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.device.check_same(&rhs.device, "matmul")?;
+        let mismatch =
+            |message: String| Error::ShapeMismatch { op: "matmul", message, lhs: self.shape.clone(), rhs: rhs.shape.clone() };
+        for t in [self, rhs] {
+            if t.ndim() == 0 {
+                return Err(Error::BadArgument {
+                    op: "matmul",
+                    message: "operands need at least one axis".into(),
+                    shape: t.shape.clone(),
+                });
+            }
+        }
+        // Vectors become matrices of one row (left) or one column (right), dropped from the result again.
+        let a = if self.ndim() == 1 { self.unsqueeze(0) } else { self.clone() };
+        let b = if rhs.ndim() == 1 { rhs.unsqueeze(1) } else { rhs.clone() };
+        let (da, db) = (a.shape.dims(), b.shape.dims());
+        let (m, k) = (da[da.len() - 2], da[da.len() - 1]);
+        let (kb, n) = (db[db.len() - 2], db[db.len() - 1]);
+        if k != kb {
+            return Err(mismatch(format!("inner sizes differ ({k} and {kb})")));
+        }
+        let batch_a = Shape::from(&da[..da.len() - 2]);
+        let batch_b = Shape::from(&db[..db.len() - 2]);
+        let batch = batch_a
+            .broadcast(&batch_b)
+            .ok_or_else(|| mismatch(format!("batch axes {batch_a} and {batch_b} cannot be broadcast together")))?;
+        let with = |tail: [usize; 2]| -> Shape {
+            let mut d = batch.dims().to_vec();
+            d.extend(tail);
+            Shape::from(d)
+        };
+        // A stack of matrices times one matrix is one taller product when the stack is contiguous: better tiles.
+        let product = if batch_b.numel() == 1 && batch.ndim() > 0 && a.is_contiguous() && batch_a == batch {
+            let flat = a.reshape([batch.numel() * m, k]);
+            let b2 = b.reshape([k, n]);
+            Tensor::from_op(&self.device, Op::Matmul(flat.id, b2.id), Shape::from([batch.numel() * m, n]))
+                .reshape(with([m, n]))
+        } else {
+            let a = a.expand(with([m, k]));
+            let b = b.expand(with([k, n]));
+            Tensor::from_op(&self.device, Op::Matmul(a.id, b.id), with([m, n]))
+        };
+        let mut out = product;
+        if rhs.ndim() == 1 {
+            out = out.squeeze(-1);
+        }
+        if self.ndim() == 1 {
+            out = out.squeeze(if rhs.ndim() == 1 { -1 } else { -2 });
+        }
+        Ok(out)
+    }
+}

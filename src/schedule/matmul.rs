@@ -1,0 +1,165 @@
+//! Lowering a matmul group: the product with its operands' expressions (the prologue, run on every load) and the
+//! elementwise members that consume it (the epilogue, run before the one store). Matrix-vector shapes are folds,
+//! lowered by the reduce path, which is built for memory bandwidth; everything else is one tiled kernel.
+
+use super::fuse::{Fusion, Group};
+use super::lower::{kernel, Lowerer};
+use super::reduce::{lower_fold, Fold};
+use crate::graph::{Graph, NodeId, Op};
+use crate::kernel::{Instr, Kernel, Kind, Matmul, MatmulTile};
+use crate::op::{BinaryOp, ReduceOp};
+use crate::shape::Shape;
+use crate::view::View;
+
+/// The blocking table, by shape. Large tiles reuse each loaded element the most (8 x 8 outputs per thread), but a
+/// GPU needs a few workgroups per compute unit: products with fewer large tiles than `MIN_LARGE_GROUPS` use 64 x 64
+/// tiles, and thin ones a tile that matches their shape. Tuned on the H200 (docs/BENCHMARKS.md#matmul).
+const LARGE: MatmulTile = MatmulTile { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 };
+const SMALL: MatmulTile = MatmulTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
+const TALL: MatmulTile = MatmulTile { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 };
+const WIDE: MatmulTile = MatmulTile { bm: 64, bn: 128, bk: 8, tm: 4, tn: 8 };
+const MIN_LARGE_GROUPS: usize = 264;
+
+/// The tile for a product of `batch` matrices of `m` x `n` outputs.
+pub(super) fn choose_tile(m: usize, n: usize, batch: usize) -> MatmulTile {
+    if LARGE.groups(m, n) * batch >= MIN_LARGE_GROUPS {
+        return LARGE;
+    }
+    if n <= 64 && TALL.groups(m, n) * batch >= MIN_LARGE_GROUPS {
+        return TALL;
+    }
+    if m <= 64 && WIDE.groups(m, n) * batch >= MIN_LARGE_GROUPS {
+        return WIDE;
+    }
+    SMALL
+}
+
+/// Lowers the group whose first member is a matmul node; `scratch` makes a plan buffer for partial folds.
+pub(super) fn lower(
+    graph: &Graph,
+    fusion: &Fusion,
+    grp: &Group,
+    written: &dyn Fn(NodeId) -> bool,
+    slot: &mut dyn FnMut(NodeId) -> usize,
+    scratch: &mut dyn FnMut(u64) -> usize,
+) -> Result<Vec<Kernel>, NodeId> {
+    let mm = grp.members[0];
+    let Op::Matmul(a, b) = graph.node(mm).op else { unreachable!("a matmul group starts with its product") };
+    let out = graph.node(mm).shape.clone();
+    let r = out.ndim();
+    let (m, n) = (out.dims()[r - 2], out.dims()[r - 1]);
+    if m == 1 || n == 1 {
+        return matrix_vector(graph, fusion, grp, written, slot, scratch, a, b);
+    }
+    let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
+    let k = sa.dims()[r - 1];
+    let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &out, out.numel()), slot);
+    l.need_coords();
+    let k_at = l.param(k as u32);
+    l.set_domain(&sa, None);
+    let va = operand(&mut l, a, &sa)?;
+    let a_end = l.k.body.len();
+    l.set_domain(&sb, None);
+    let vb = operand(&mut l, b, &sb)?;
+    let b_end = l.k.body.len();
+    l.k.fused_ops += 1;
+    l.set_domain(&out, Some(mm));
+    for &member in &grp.members {
+        let v = l.root(member, &out)?;
+        l.output(member, v, written);
+    }
+    let (a_along_k, b_along_k) = (along_k(&l.k, 0..a_end, r - 1, r - 2), along_k(&l.k, a_end..b_end, r - 2, r - 1));
+    let batch = out.numel() / (m * n);
+    let tile = choose_tile(m, n, batch);
+    l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile });
+    Ok(vec![l.k])
+}
+
+/// An operand's value at every element of its domain; a constant 0 when k = 0 (nothing is read).
+fn operand(l: &mut Lowerer, id: NodeId, domain: &Shape) -> Result<usize, NodeId> {
+    if domain.numel() == 0 {
+        let at = l.param(0f32.to_bits());
+        return Ok(l.push(Instr::Scalar(at)));
+    }
+    l.root(id, domain)
+}
+
+/// Whether the loads among `body` are contiguous along axis `k` rather than `other`, judged by the first strided
+/// load (an unstrided one reads its domain row-major, so its innermost axis is the contiguous one).
+fn along_k(kernel: &Kernel, body: std::ops::Range<usize>, k: usize, other: usize) -> bool {
+    let rank = kernel.shape.ndim();
+    let p = |i: usize| kernel.params[i] as i32;
+    for instr in &kernel.body[body] {
+        if let Instr::Load { view, .. } = instr {
+            return match view {
+                None => k + 1 == rank,
+                Some(v) => p(v.at + k).abs() == 1 || p(v.at + other).abs() != 1,
+            };
+        }
+    }
+    true
+}
+
+/// The view that reads a `shape`-shaped tensor at the coordinates of `domain`, where domain axis `d` is the
+/// tensor's axis `axes[d]` or, for `None`, an axis the tensor is broadcast along.
+fn pick(shape: &Shape, domain: &[usize], axes: &[Option<usize>]) -> View {
+    let cs = shape.contiguous_strides();
+    View { shape: Shape::from(domain), strides: axes.iter().map(|a| a.map_or(0, |j| cs[j] as isize)).collect(), offset: 0 }
+}
+
+/// Whether the memory under `id` is contiguous along axis `axis` of its shape (a view with stride 1 there), as
+/// far as the graph tells: anything but a view is row-major.
+fn contiguous_along(graph: &Graph, id: NodeId, axis: usize) -> bool {
+    match &graph.node(id).op {
+        Op::View(v, _) => v.strides[axis].abs() == 1 || graph.node(id).shape.dims()[axis] == 1,
+        _ => axis + 1 == graph.node(id).shape.ndim(),
+    }
+}
+
+/// `m = 1` or `n = 1`: every output is a dot product of k elements, each matrix element is read once, and the
+/// work is a fold of `a * b` over k, laid out so that the matrix is read along its contiguous axis: k innermost
+/// (a team of threads per output) when the matrix is contiguous along k, otherwise k outer (a thread per output,
+/// neighbours reading neighbours).
+#[allow(clippy::too_many_arguments)]
+fn matrix_vector(
+    graph: &Graph,
+    fusion: &Fusion,
+    grp: &Group,
+    written: &dyn Fn(NodeId) -> bool,
+    slot: &mut dyn FnMut(NodeId) -> usize,
+    scratch: &mut dyn FnMut(u64) -> usize,
+    a: NodeId,
+    b: NodeId,
+) -> Result<Vec<Kernel>, NodeId> {
+    let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
+    let r = sa.ndim();
+    let (m, k, n) = (sa.dims()[r - 2], sa.dims()[r - 1], sb.dims()[r - 1]);
+    // The output axis that varies (`p` outputs per matrix), and whether the matrix is read along k.
+    let (p, k_inner) = if n == 1 {
+        (m, m == 1 || contiguous_along(graph, a, r - 1))
+    } else {
+        (n, contiguous_along(graph, b, r - 2) && !contiguous_along(graph, b, r - 1))
+    };
+    let batch: Vec<Option<usize>> = (0..r - 2).map(Some).collect();
+    let mut domain: Vec<usize> = sa.dims()[..r - 2].to_vec();
+    // Per domain axis after the batch: (extent, A's axis, B's axis).
+    let (row, col) = if n == 1 { (Some(r - 2), None) } else { (None, Some(r - 1)) };
+    let tail = if k_inner { [(p, row, col), (k, Some(r - 1), Some(r - 2))] } else { [(k, Some(r - 1), Some(r - 2)), (p, row, col)] };
+    let mut axes_a = batch.clone();
+    let mut axes_b = batch;
+    for (extent, ax, bx) in tail {
+        domain.push(extent);
+        axes_a.push(ax);
+        axes_b.push(bx);
+    }
+    let view_a = pick(&sa, &domain, &axes_a);
+    let view_b = pick(&sb, &domain, &axes_b);
+    let mut value = |l: &mut Lowerer| -> Result<usize, NodeId> {
+        let x = l.at(a, view_a.clone())?;
+        let y = l.at(b, view_b.clone())?;
+        Ok(l.push(Instr::Binary(BinaryOp::Mul, x, y)))
+    };
+    let axis = if k_inner { r - 1 } else { r - 2 };
+    let fold = Fold { op: ReduceOp::Sum, domain: Shape::from(domain), axis, value: &mut value };
+    lower_fold(graph, fusion, grp, written, slot, scratch, fold)
+}

@@ -1,0 +1,281 @@
+//! Matmul against the f64 reference: shapes from 1 to 1100, views, broadcast batches, vectors, empty axes, NaN and
+//! inf, fused prologues and epilogues with their dispatch counts, and the same values without fusion.
+//!
+//! Tolerance: each output is a length-k dot product accumulated in f32. Its rounding error is at most about k
+//! roundings of partial sums, each below 2^-24 of a partial sum's size, and with inputs bounded by `ma` and `mb`
+//! those partial sums stay near sqrt(k) * ma * mb. `tol(k)` allows k * 2^-23 * ma * mb (a margin of 2 sqrt(k) over
+//! that estimate), so it grows linearly with k and stays far below the size of an error in indexing.
+
+mod common;
+
+use common::{assert_close, devices, Rng};
+use lazor::{Device, Error, Tensor};
+
+/// Inputs are uniform in [-1, 1).
+fn rand(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec_on(rng.vec(n, -1.0, 1.0), shape, dev)
+}
+
+fn tol(k: usize) -> f32 {
+    1e-6 + k as f32 * f32::EPSILON
+}
+
+/// Computes `t` on the reference first (it reads realized values back as given), then on the device.
+#[track_caller]
+fn check(t: &Tensor, k: usize, what: &str) -> Vec<f32> {
+    let want = lazor::reference::eval(&[t]).pop().unwrap();
+    let got = t.to_vec();
+    assert_close(&got, &want, 1e-5, tol(k), &format!("{what} on {}", t.device().name()));
+    got
+}
+
+/// Dispatches `t`'s realize runs.
+fn dispatches(t: &Tensor) -> u64 {
+    let s = t.device().stats().dispatches;
+    t.realize().unwrap();
+    t.device().stats().dispatches - s
+}
+
+#[test]
+fn random_shapes_match_the_reference() {
+    let sizes = [1usize, 2, 3, 7, 31, 64, 65, 127, 128, 129, 257, 1000, 1100];
+    for dev in devices() {
+        let mut rng = Rng::new(1);
+        for case in 0..40 {
+            let (m, n, k) = (sizes[rng.below(sizes.len())], sizes[rng.below(sizes.len())], sizes[rng.below(sizes.len())]);
+            // Keep the software rasterizer's share of the suite small: at most ~0.3 GFLOP per case.
+            if m * n * k > 150_000_000 {
+                continue;
+            }
+            let a = rand(&dev, &mut rng, &[m, k]);
+            let b = rand(&dev, &mut rng, &[k, n]);
+            let c = a.matmul(&b);
+            assert_eq!(c.shape(), &[m, n]);
+            check(&c, k, &format!("case {case}: [{m}, {k}] x [{k}, {n}]"));
+        }
+        // The edges of every tile shape at once, and primes.
+        for (m, k, n) in [(1000, 1, 1000), (97, 101, 103), (1100, 257, 63), (63, 129, 1100), (4097, 3, 5)] {
+            let a = rand(&dev, &mut rng, &[m, k]);
+            let b = rand(&dev, &mut rng, &[k, n]);
+            check(&a.matmul(&b), k, &format!("[{m}, {k}] x [{k}, {n}]"));
+        }
+    }
+}
+
+#[test]
+fn operands_are_read_through_their_views() {
+    for dev in devices() {
+        let mut rng = Rng::new(2);
+        let (m, k, n) = (67, 45, 89);
+        let at = rand(&dev, &mut rng, &[k, m]);
+        let bt = rand(&dev, &mut rng, &[n, k]);
+        let a = rand(&dev, &mut rng, &[m, k]);
+        let b = rand(&dev, &mut rng, &[k, n]);
+        let wide = rand(&dev, &mut rng, &[m + 10, k + 7]);
+        for t in [&at, &bt, &a, &b, &wide] {
+            t.realize().unwrap();
+        }
+        for (what, c) in [
+            ("a.t() x b", at.t().matmul(&b)),
+            ("a x b.t()", a.matmul(&bt.t())),
+            ("a.t() x b.t()", at.t().matmul(&bt.t())),
+            ("narrowed a", wide.narrow(0, 5, m).narrow(1, 3, k).matmul(&b)),
+            ("narrowed b.t()", a.matmul(&wide.narrow(0, 2, n.min(m + 8)).narrow(1, 1, k).t())),
+        ] {
+            assert_eq!(dispatches(&c), 1, "{what}: views are read in place, not copied");
+            check(&c, k, what);
+        }
+        // A permuted batch: [k, b, m] seen as [b, m, k].
+        let x = rand(&dev, &mut rng, &[k, 3, m]);
+        let y = rand(&dev, &mut rng, &[3, k, n]);
+        x.realize().unwrap();
+        y.realize().unwrap();
+        let c = x.permute([1, 2, 0]).matmul(&y);
+        assert_eq!(c.shape(), &[3, m, n]);
+        assert_eq!(dispatches(&c), 1);
+        check(&c, k, "permuted batch");
+    }
+}
+
+#[test]
+fn batches_broadcast_and_vectors_follow_torch_matmul() {
+    for dev in devices() {
+        let mut rng = Rng::new(3);
+        let cases: [(&[usize], &[usize], &[usize]); 10] = [
+            (&[3, 1, 5, 7], &[4, 7, 6], &[3, 4, 5, 6]),
+            (&[2, 5, 7], &[7, 6], &[2, 5, 6]),
+            (&[5, 7], &[2, 3, 7, 6], &[2, 3, 5, 6]),
+            (&[1, 5, 7], &[3, 7, 6], &[3, 5, 6]),
+            (&[7], &[7, 6], &[6]),
+            (&[5, 7], &[7], &[5]),
+            (&[7], &[7], &[]),
+            (&[7], &[3, 7, 6], &[3, 6]),
+            (&[3, 5, 7], &[7], &[3, 5]),
+            (&[64, 33, 20], &[64, 20, 17], &[64, 33, 17]),
+        ];
+        for (sa, sb, want) in cases {
+            let a = rand(&dev, &mut rng, sa);
+            let b = rand(&dev, &mut rng, sb);
+            let c = a.matmul(&b);
+            assert_eq!(c.shape(), want, "{sa:?} x {sb:?}");
+            check(&c, sa[sa.len() - 1], &format!("{sa:?} x {sb:?}"));
+        }
+        // Past 65535 workgroups: one per small matrix.
+        let a = rand(&dev, &mut rng, &[70_000, 2, 3]);
+        let b = rand(&dev, &mut rng, &[70_000, 3, 2]);
+        check(&a.matmul(&b), 3, "70,000 batches");
+        // Long matrix-vector products, both layouts of the matrix.
+        let mat = rand(&dev, &mut rng, &[3000, 2000]);
+        let v = rand(&dev, &mut rng, &[2000]);
+        let u = rand(&dev, &mut rng, &[3000]);
+        check(&mat.matmul(&v), 2000, "[3000, 2000] x [2000]");
+        check(&u.matmul(&mat), 3000, "[3000] x [3000, 2000]");
+        check(&v.matmul(&mat.t()), 2000, "[2000] x [2000, 3000] transposed");
+        check(&mat.t().matmul(&u), 3000, "[2000, 3000] transposed x [3000]");
+    }
+}
+
+#[test]
+fn empty_axes() {
+    for dev in devices() {
+        let mut rng = Rng::new(4);
+        // k = 0: every output is an empty sum.
+        let c = rand(&dev, &mut rng, &[3, 0]).matmul(&rand(&dev, &mut rng, &[0, 4]));
+        assert_eq!(c.to_vec(), vec![0.0; 12]);
+        let c = (rand(&dev, &mut rng, &[0]).matmul(&rand(&dev, &mut rng, &[0, 5])) + 1.0).relu();
+        assert_eq!(c.to_vec(), vec![1.0; 5]);
+        for (sa, sb, want) in [
+            (&[0usize, 4][..], &[4usize, 5][..], &[0usize, 5][..]),
+            (&[3, 4], &[4, 0], &[3, 0]),
+            (&[0, 3, 4], &[4, 5], &[0, 3, 5]),
+        ] {
+            let c = rand(&dev, &mut rng, sa).matmul(&rand(&dev, &mut rng, sb));
+            assert_eq!(c.shape(), want);
+            assert!(c.to_vec().is_empty());
+        }
+    }
+}
+
+#[test]
+fn nan_and_inf_propagate() {
+    for dev in devices() {
+        let mut rng = Rng::new(5);
+        let (m, k, n) = (70, 40, 90);
+        let mut va = rng.vec(m * k, -1.0, 1.0);
+        va[3 * k + 7] = f32::NAN; // row 3 of the product is NaN
+        va[10 * k + 2] = f32::INFINITY; // row 10 is +-inf where b's row 2 is nonzero
+        let mut vb = rng.vec(k * n, -1.0, 1.0);
+        vb[5 * n + 50] = f32::NAN; // column 50 is NaN
+        for x in &mut vb[2 * n..3 * n] {
+            *x = 0.5;
+        }
+        let a = Tensor::from_vec_on(va, [m, k], &dev);
+        let b = Tensor::from_vec_on(vb, [k, n], &dev);
+        let got = check(&a.matmul(&b), k, "NaN and inf");
+        assert!(got[3 * n..4 * n].iter().all(|x| x.is_nan()));
+        assert!((0..m).all(|i| got[i * n + 50].is_nan()));
+        assert!(got[10 * n..11 * n].iter().enumerate().all(|(j, x)| j == 50 || *x == f32::INFINITY));
+        // inf * 0 is NaN, in the matrix-vector kernels too.
+        let v = Tensor::from_vec_on(vec![0.0; k], [k], &dev);
+        let got = a.matmul(&v).to_vec();
+        assert!(got[3].is_nan() && got[10].is_nan() && got[0] == 0.0);
+    }
+}
+
+#[test]
+fn epilogues_and_prologues_fuse() {
+    for dev in devices() {
+        let mut rng = Rng::new(6);
+        let (m, k, n) = (130, 70, 150);
+        let x = rand(&dev, &mut rng, &[m, k]);
+        let w = rand(&dev, &mut rng, &[k, n]);
+        let wt = rand(&dev, &mut rng, &[n, k]);
+        let bias = rand(&dev, &mut rng, &[n]);
+        let col_bias = rand(&dev, &mut rng, &[m, 1]);
+        let bias_k = rand(&dev, &mut rng, &[k]);
+        let r = rand(&dev, &mut rng, &[m, n]);
+        for t in [&x, &w, &wt, &bias, &col_bias, &bias_k, &r] {
+            t.realize().unwrap();
+        }
+        let one: [(&str, Tensor); 10] = [
+            ("gelu(x w + bias)", (x.matmul(&w) + &bias).gelu()),
+            ("x w * 0.5 + r", x.matmul(&w) * 0.5 + &r),
+            ("relu(x w.t() + bias)", (x.matmul(&wt.t()) + &bias).relu()),
+            ("silu(x w + column bias)", (x.matmul(&w) + &col_bias).silu()),
+            ("tanh(x w) - r", x.matmul(&w).tanh() - &r),
+            ("(2 x) w", (&x * 2.0).matmul(&w)),
+            ("relu(x) w", x.relu().matmul(&w)),
+            ("(x + bias_k) w", (&x + &bias_k).matmul(&w)),
+            ("x exp(w.t()).t()", x.matmul(&wt.exp().t())),
+            ("relu(x) w + bias, both ends", x.relu().matmul(&w) + &bias),
+        ];
+        for (what, t) in one {
+            assert_eq!(dispatches(&t), 1, "{what}: one kernel on {}", dev.name());
+            check(&t, k, what);
+        }
+        // A costly operand is stored first: its ops run once per element, not once per tile that loads it.
+        let heavy = x.exp().sin().cos().matmul(&w);
+        assert_eq!(dispatches(&heavy), 2);
+        check(&heavy, k, "heavy prologue");
+        // The product read through a view cannot be the epilogue of its own kernel.
+        let p = x.matmul(&w.narrow(1, 0, m));
+        let t = &p + &p.t();
+        assert_eq!(dispatches(&t), 2);
+        check(&t, k, "p + p.t()");
+        // Two requested values of one kernel: the product and its epilogue.
+        let p = x.matmul(&w);
+        let q = (&p + &bias).relu();
+        let s = dev.stats().dispatches;
+        lazor::realize(&[&p, &q]).unwrap();
+        assert_eq!(dev.stats().dispatches - s, 1);
+        let (pv, qv) = (p.to_vec(), q.to_vec());
+        let bv = bias.to_vec();
+        for (i, (a, b)) in pv.iter().zip(&qv).enumerate() {
+            assert_eq!(*b, (a + bv[i % n]).max(0.0), "element {i}");
+        }
+    }
+}
+
+#[test]
+fn unfused_gives_the_same_values() {
+    for dev in devices() {
+        let mut rng = Rng::new(7);
+        let x = rand(&dev, &mut rng, &[50, 60]);
+        let w = rand(&dev, &mut rng, &[60, 70]);
+        let bias = rand(&dev, &mut rng, &[70]);
+        let fused = (x.relu().matmul(&w) + &bias).gelu().to_vec();
+        dev.set_fusion(false);
+        let t = (x.relu().matmul(&w) + &bias).gelu();
+        assert_eq!(dispatches(&t), 4, "relu, matmul, add, gelu");
+        assert_close(&t.to_vec(), &fused, 1e-6, 1e-6, "unfused");
+        dev.set_fusion(true);
+    }
+}
+
+#[test]
+fn bad_shapes_name_both_operands() {
+    let dev = Device::cpu();
+    let a = Tensor::zeros_on([2, 3], &dev);
+    let b = Tensor::zeros_on([4, 5], &dev);
+    let e = a.try_matmul(&b).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "matmul", .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("[2, 3]") && msg.contains("[4, 5]"), "{msg}");
+    let e = Tensor::zeros_on([2, 2, 3], &dev).try_matmul(&Tensor::zeros_on([3, 3, 4], &dev)).unwrap_err();
+    assert!(e.to_string().contains("batch"), "{e}");
+    assert!(Tensor::scalar_on(1.0, &dev).try_matmul(&a).is_err());
+    // #[track_caller]: the panic is located at this line, not inside lazor.
+    let location = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let loc = location.clone();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        *loc.lock().unwrap() = info.location().map(|l| (l.file().to_string(), l.line()));
+    }));
+    #[rustfmt::skip]
+    let (line, caught) = (line!(), std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(a.matmul(&b)))));
+    std::panic::set_hook(hook);
+    assert!(caught.is_err());
+    let (file, at) = location.lock().unwrap().clone().unwrap();
+    assert!(file.ends_with("matmul.rs") && at == line, "panic located at {file}:{at}");
+}
