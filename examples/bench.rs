@@ -7,7 +7,11 @@
 //! cargo run --release --example bench -- views        # only the views section (or `elementwise`)
 //! cargo run --release --example bench -- reductions   # only the reductions section
 //! cargo run --release --example bench -- cpu          # only the CPU-backend section
+//! cargo run --release --example bench -- matmul       # only the matmul section
 //! ```
+//!
+//! The matmul section (in `bench/matmul.rs`) times the cases of `torch_reference.py matmul`: square products,
+//! `relu(x.matmul(w) + bias)`, a transposed operand, matrix-vector products and a batch, on `Device::default()`.
 //!
 //! The views section times `a.t() + b` against `a + b` (square `[n, n]`, n = 4096 and 8192) and
 //! `Tensor::cat(&[&a, &b], 0) * 2.0` against `a2 * 2.0` (2^24 and 2^26 elements), view and plain alternating run by
@@ -42,6 +46,8 @@
 
 #[path = "../benches/common/mod.rs"]
 mod common;
+#[path = "bench/matmul.rs"]
+mod matmul;
 
 use common::{uniform, Case, ReduceCase, ViewCase, IDEAL_BYTES_PER_ELEMENT, REDUCE_TOLERANCE};
 use lazor::{Device, Tensor};
@@ -1783,9 +1789,9 @@ fn cpu() -> bool {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    const SECTIONS: [&str; 4] = ["elementwise", "views", "reductions", "cpu"];
+    const SECTIONS: [&str; 5] = ["elementwise", "views", "reductions", "cpu", "matmul"];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -1800,6 +1806,20 @@ fn main() -> ExitCode {
     }
     if wanted("cpu") && !cpu() {
         return ExitCode::FAILURE;
+    }
+    if wanted("matmul") {
+        // The way a user runs: the process-wide default device, every case one after another.
+        let dev = Device::default();
+        let small = dev.is_cpu() || dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
+        let cfg = Config {
+            runs: env_num("LAZOR_BENCH_RUNS").unwrap_or(20).max(1) as usize,
+            budget: Duration::from_millis(env_num("LAZOR_BENCH_BUDGET_MS").unwrap_or(3000)),
+            sizes: Vec::new(),
+            batch: if small { 2 } else { 8 },
+        };
+        if !matmul::run(&dev, &cfg, small) {
+            return ExitCode::FAILURE;
+        }
     }
     ExitCode::SUCCESS
 }

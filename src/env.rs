@@ -25,3 +25,9 @@ pub fn max_fused_ops() -> usize {
 pub fn no_subgroups() -> bool {
     var("LAZOR_NO_SUBGROUPS").is_some_and(|v| v.trim() != "0")
 }
+
+/// `LAZOR_SHADER_CHECKS=1`: every kernel gets wgpu's bounds checks on memory accesses, including the kinds whose
+/// indices are in range by construction (matmul), which otherwise are compiled without them.
+pub fn shader_checks() -> bool {
+    var("LAZOR_SHADER_CHECKS").is_some_and(|v| v.trim() != "0")
+}

@@ -42,8 +42,12 @@ impl Tensor {
     /// [`Error::BadArgument`] for a scalar operand, [`Error::DeviceMismatch`] across devices.
     pub fn try_matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         self.device.check_same(&rhs.device, "matmul")?;
-        let mismatch =
-            |message: String| Error::ShapeMismatch { op: "matmul", message, lhs: self.shape.clone(), rhs: rhs.shape.clone() };
+        let mismatch = |message: String| Error::ShapeMismatch {
+            op: "matmul",
+            message,
+            lhs: self.shape.clone(),
+            rhs: rhs.shape.clone(),
+        };
         for t in [self, rhs] {
             if t.ndim() == 0 {
                 return Err(Error::BadArgument {

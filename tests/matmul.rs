@@ -43,7 +43,8 @@ fn random_shapes_match_the_reference() {
     for dev in devices() {
         let mut rng = Rng::new(1);
         for case in 0..40 {
-            let (m, n, k) = (sizes[rng.below(sizes.len())], sizes[rng.below(sizes.len())], sizes[rng.below(sizes.len())]);
+            let (m, n, k) =
+                (sizes[rng.below(sizes.len())], sizes[rng.below(sizes.len())], sizes[rng.below(sizes.len())]);
             // Keep the software rasterizer's share of the suite small: at most ~0.3 GFLOP per case.
             if m * n * k > 150_000_000 {
                 continue;

@@ -25,7 +25,10 @@ pub(super) fn generate(k: &Kernel) -> String {
     for d in 0..row {
         e.line(0, &format!("var<private> c{d}: i32;"));
     }
-    e.line(0, &format!("fn sizes() -> vec3<u32> {{ return vec3<u32>(p[{}], p[{}], p[{}]); }}", at + row, at + col, mm.k_at));
+    e.line(
+        0,
+        &format!("fn sizes() -> vec3<u32> {{ return vec3<u32>(p[{}], p[{}], p[{}]); }}", at + row, at + col, mm.k_at),
+    );
     e.line(0, &format!("fn batches() -> u32 {{ return p[0] / (p[{}] * p[{}]); }}", at + row, at + col));
     e.line(0, "fn set_batch(b: u32) {");
     e.line(1, "var q = b;");
@@ -35,15 +38,26 @@ pub(super) fn generate(k: &Kernel) -> String {
     }
     e.line(0, "}");
 
-    e.line(0, &format!("fn load_a(r: u32, k: u32, i: u32) -> f32 {{\n    let c{row} = i32(r);\n    let c{col} = i32(k);"));
+    e.line(
+        0,
+        &format!("fn load_a(r: u32, k: u32, i: u32) -> f32 {{\n    let c{row} = i32(r);\n    let c{col} = i32(k);"),
+    );
     e.range(0..mm.a_end, 1);
     e.line(1, &format!("return t{};", mm.a));
     e.line(0, "}");
-    e.line(0, &format!("fn load_b(k: u32, c: u32, i: u32) -> f32 {{\n    let c{row} = i32(k);\n    let c{col} = i32(c);"));
+    e.line(
+        0,
+        &format!("fn load_b(k: u32, c: u32, i: u32) -> f32 {{\n    let c{row} = i32(k);\n    let c{col} = i32(c);"),
+    );
     e.range(mm.a_end..mm.b_end, 1);
     e.line(1, &format!("return t{};", mm.b));
     e.line(0, "}");
-    e.line(0, &format!("fn store(r: u32, c: u32, i: u32, folded: f32) {{\n    let c{row} = i32(r);\n    let c{col} = i32(c);"));
+    e.line(
+        0,
+        &format!(
+            "fn store(r: u32, c: u32, i: u32, folded: f32) {{\n    let c{row} = i32(r);\n    let c{col} = i32(c);"
+        ),
+    );
     e.range(mm.b_end..k.body.len(), 1);
     for (o, &(_, value)) in k.outputs.iter().enumerate() {
         e.line(1, &format!("o{o}[i] = t{value};"));

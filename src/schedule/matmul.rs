@@ -104,7 +104,11 @@ fn along_k(kernel: &Kernel, body: std::ops::Range<usize>, k: usize, other: usize
 /// tensor's axis `axes[d]` or, for `None`, an axis the tensor is broadcast along.
 fn pick(shape: &Shape, domain: &[usize], axes: &[Option<usize>]) -> View {
     let cs = shape.contiguous_strides();
-    View { shape: Shape::from(domain), strides: axes.iter().map(|a| a.map_or(0, |j| cs[j] as isize)).collect(), offset: 0 }
+    View {
+        shape: Shape::from(domain),
+        strides: axes.iter().map(|a| a.map_or(0, |j| cs[j] as isize)).collect(),
+        offset: 0,
+    }
 }
 
 /// Whether the memory under `id` is contiguous along axis `axis` of its shape (a view with stride 1 there), as
@@ -144,7 +148,11 @@ fn matrix_vector(
     let mut domain: Vec<usize> = sa.dims()[..r - 2].to_vec();
     // Per domain axis after the batch: (extent, A's axis, B's axis).
     let (row, col) = if n == 1 { (Some(r - 2), None) } else { (None, Some(r - 1)) };
-    let tail = if k_inner { [(p, row, col), (k, Some(r - 1), Some(r - 2))] } else { [(k, Some(r - 1), Some(r - 2)), (p, row, col)] };
+    let tail = if k_inner {
+        [(p, row, col), (k, Some(r - 1), Some(r - 2))]
+    } else {
+        [(k, Some(r - 1), Some(r - 2)), (p, row, col)]
+    };
     let mut axes_a = batch.clone();
     let mut axes_b = batch;
     for (extent, ax, bx) in tail {

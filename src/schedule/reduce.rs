@@ -55,7 +55,9 @@ pub(super) fn lower(
     slot: &mut dyn FnMut(NodeId) -> usize,
     scratch: &mut dyn FnMut(u64) -> usize,
 ) -> Result<Vec<Kernel>, NodeId> {
-    let Op::Reduce(op, x, axis) = graph.node(grp.members[0]).op else { unreachable!("a reduce group starts with its fold") };
+    let Op::Reduce(op, x, axis) = graph.node(grp.members[0]).op else {
+        unreachable!("a reduce group starts with its fold")
+    };
     let domain = graph.node(x).shape.clone();
     let mut value = |l: &mut Lowerer| l.root(x, &graph.node(x).shape);
     lower_fold(graph, fusion, grp, written, slot, scratch, Fold { op, domain, axis, value: &mut value })

@@ -16,7 +16,7 @@ const TASK: usize = 32 * BATCH;
 /// Runs `f` for every task index, in parallel on rayon's pool, or in order when called from one of its threads:
 /// a pool thread waiting on nested tasks may run one of its caller's other tasks, which could lock this device
 /// again on the same thread.
-fn tasks(n: usize, f: impl Fn(usize) + Send + Sync) {
+pub(super) fn tasks(n: usize, f: impl Fn(usize) + Send + Sync) {
     if rayon::current_thread_index().is_some() {
         (0..n).for_each(f);
     } else {
@@ -26,10 +26,17 @@ fn tasks(n: usize, f: impl Fn(usize) + Send + Sync) {
 
 /// A pointer to an output that parallel tasks write disjoint ranges of.
 #[derive(Clone, Copy)]
-struct Out(*mut f32);
+pub(super) struct Out(pub(super) *mut f32);
 // SAFETY: every task writes its own range of the output, and the outputs outlive the parallel loop.
 unsafe impl Send for Out {}
 unsafe impl Sync for Out {}
+
+impl Out {
+    /// The address `i` elements on. Closures that call this capture the whole `Out` (`Sync`), not its raw pointer.
+    pub(super) fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
 
 /// Where a batch's elements are at the kernel's own index.
 enum Own {
@@ -93,7 +100,7 @@ fn unravel(mut i: usize, dims: &[usize]) -> Vec<i64> {
     c
 }
 
-fn param(k: &Kernel, at: usize) -> i64 {
+pub(super) fn param(k: &Kernel, at: usize) -> i64 {
     k.params[at] as i32 as i64
 }
 
@@ -264,6 +271,20 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
 
 /// Runs an elementwise kernel.
 pub(super) fn elementwise(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
+    let values: Vec<usize> = k.outputs.iter().map(|&(_, v)| v).collect();
+    map(k, 0..k.body.len(), inputs, &values, outputs, None);
+}
+
+/// Runs instructions `range` of `k` at every element of its shape, storing the values of instructions `values` to
+/// `outputs` at the element's row-major index; `reduced`, if given, is [`Instr::Reduced`] at each element.
+pub(super) fn map(
+    k: &Kernel,
+    range: Range<usize>,
+    inputs: &[&[f32]],
+    values: &[usize],
+    outputs: &mut [&mut [f32]],
+    reduced: Option<&[f32]>,
+) {
     let ctx = Ctx::new(k, inputs);
     let numel = k.shape.numel();
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
@@ -274,8 +295,12 @@ pub(super) fn elementwise(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f3
         for lo in (t * TASK..end).step_by(BATCH) {
             let hi = end.min(lo + BATCH);
             batch.fill(k, lo, hi);
-            eval(&ctx, 0..k.body.len(), &batch, &mut regs);
-            for (o, &(_, v)) in outs.iter().zip(&k.outputs) {
+            if let Some(r) = reduced {
+                batch.folded.clear();
+                batch.folded.extend_from_slice(&r[lo..hi]);
+            }
+            eval(&ctx, range.clone(), &batch, &mut regs);
+            for (o, &v) in outs.iter().zip(values) {
                 // SAFETY: tasks write disjoint ranges `lo..hi` of outputs of `numel` elements.
                 let dst = unsafe { std::slice::from_raw_parts_mut(o.0.add(lo), hi - lo) };
                 dst.copy_from_slice(regs.get(&ctx, v, hi - lo));

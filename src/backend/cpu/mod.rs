@@ -1,6 +1,7 @@
 //! The CPU backend: buffers are `Vec<f32>`s in host memory, kernels of the same IR run on rayon's threads.
 
 mod eval;
+mod matmul;
 mod simd;
 
 use super::{Backend, Data, Done, Job, ReadId};
@@ -142,6 +143,7 @@ impl Backend for CpuBackend {
                         Kind::Elementwise => eval::elementwise(kernel, &inputs, &mut views),
                         Kind::Reduce(_) => eval::reduce(kernel, &inputs, &mut views),
                         Kind::Rows { .. } => eval::rows(kernel, &inputs, &mut views),
+                        Kind::Matmul(_) => matmul::matmul(kernel, &inputs, &mut views),
                     }
                 }
                 for (&(slot, _), v) in kernel.outputs.iter().zip(outs) {

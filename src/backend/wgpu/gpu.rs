@@ -13,6 +13,9 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     /// Whether the device was created with subgroup operations (`wgpu::Features::SUBGROUP`).
     pub subgroups: bool,
+    /// Whether kernels whose every index is in range by construction (matmul) still get wgpu's bounds checks
+    /// (`LAZOR_SHADER_CHECKS`).
+    pub checked: bool,
     /// Set by wgpu's device-lost callback; every later realize fails with it.
     pub lost: Arc<Mutex<Option<String>>>,
     /// Errors no error scope caught (there should be none): kept so the next realize returns them.
@@ -113,7 +116,8 @@ impl Gpu {
             unc.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string());
         }));
         let subgroups = device.features().contains(wgpu::Features::SUBGROUP);
-        Ok(Gpu { device, queue, info, limits, subgroups, lost, uncaptured })
+        let checked = crate::env::shader_checks();
+        Ok(Gpu { device, queue, info, limits, subgroups, checked, lost, uncaptured })
     }
 
     /// Fails if the device was lost or wgpu reported an error outside any scope.

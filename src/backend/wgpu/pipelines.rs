@@ -29,6 +29,7 @@ impl Pipelines {
         device: &wgpu::Device,
         wgsl: &str,
         name: &str,
+        trusted: bool,
         debug: u32,
         stats: &mut Stats,
     ) -> Result<Arc<Compiled>> {
@@ -40,10 +41,14 @@ impl Pipelines {
             eprintln!("lazor: compiling kernel {name}:\n{wgsl}");
         }
         let scopes = Scopes::push(device);
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(name),
-            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-        });
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(wgsl.into()) };
+        let module = if trusted {
+            // SAFETY: the caller vouches that every index the kernel computes is in range (see its call site), so
+            // dropping wgpu's runtime bounds checks cannot let the shader touch memory outside its bindings.
+            unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        } else {
+            device.create_shader_module(desc)
+        };
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(name),
             layout: None,
@@ -78,14 +83,14 @@ mod tests {
         let mut cache = Pipelines::default();
         let mut stats = Stats::default();
         let bad = "@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }";
-        let err = cache.get(&gpu.device, bad, "bad", 0, &mut stats).unwrap_err();
+        let err = cache.get(&gpu.device, bad, "bad", false, 0, &mut stats).unwrap_err();
         assert!(matches!(err, Error::KernelCompile { ref kernel, .. } if kernel == "bad"), "{err}");
         assert_eq!(stats.pipelines_compiled, 0);
         assert!(cache.cache.is_empty());
         gpu.check_health().expect("the error was caught by a scope, not left uncaptured");
         let good = "@compute @workgroup_size(1) fn main() {}";
-        cache.get(&gpu.device, good, "good", 0, &mut stats).unwrap();
-        cache.get(&gpu.device, good, "good", 0, &mut stats).unwrap();
+        cache.get(&gpu.device, good, "good", false, 0, &mut stats).unwrap();
+        cache.get(&gpu.device, good, "good", false, 0, &mut stats).unwrap();
         assert_eq!((stats.pipelines_compiled, stats.pipeline_cache_hits), (1, 1));
     }
 }

@@ -1,0 +1,143 @@
+//! The matmul section of the benchmark: the cases of `torch_reference.py matmul` on one device, in one process.
+
+use super::{measure, ms, Config};
+use lazor::{Device, Tensor};
+use std::time::Duration;
+
+/// One case: a name, the work it does (FLOPs, or bytes for a memory-bound one) and how to build it.
+struct Case {
+    name: &'static str,
+    /// `true`: the rate is GB/s of `work` bytes; `false`: TFLOP/s of `work` FLOPs.
+    bytes: bool,
+    work: f64,
+    inputs: Vec<Vec<usize>>,
+    build: fn(&[Tensor]) -> Tensor,
+}
+
+fn flops(m: usize, n: usize, k: usize, batch: usize) -> f64 {
+    2.0 * (m * n * k * batch) as f64
+}
+
+fn cases(small: bool) -> Vec<Case> {
+    // Square sizes: torch_reference.py's on a GPU; a software adapter gets a tenth of the work or less.
+    let (big, mid) = if small { (512, 256) } else { (4096, 1024) };
+    let square = |name, n: usize| Case {
+        name,
+        bytes: false,
+        work: flops(n, n, n, 1),
+        inputs: vec![vec![n, n], vec![n, n]],
+        build: |t| t[0].matmul(&t[1]),
+    };
+    let mut v = vec![
+        square("matmul (large)", big),
+        Case {
+            name: "relu(x.matmul(w) + bias) (large)",
+            bytes: false,
+            work: flops(big, big, big, 1),
+            inputs: vec![vec![big, big], vec![big, big], vec![big]],
+            build: |t| (t[0].matmul(&t[1]) + &t[2]).relu(),
+        },
+        Case {
+            name: "x.matmul(w.t()) (large)",
+            bytes: false,
+            work: flops(big, big, big, 1),
+            inputs: vec![vec![big, big], vec![big, big]],
+            build: |t| t[0].matmul(&t[1].t()),
+        },
+        square("matmul (mid)", mid),
+        Case {
+            name: "gemv [1, n] x [n, n] (GB/s of the matrix)",
+            bytes: true,
+            work: (big * big * 4) as f64,
+            inputs: vec![vec![1, big], vec![big, big]],
+            build: |t| t[0].matmul(&t[1]),
+        },
+        Case {
+            name: "gemv [n, n] x [n] (GB/s of the matrix)",
+            bytes: true,
+            work: (big * big * 4) as f64,
+            inputs: vec![vec![big, big], vec![big]],
+            build: |t| t[0].matmul(&t[1]),
+        },
+    ];
+    let (b, s) = if small { (8, 128) } else { (64, 256) };
+    v.push(Case {
+        name: "batched [b, s, s] x [b, s, s]",
+        bytes: false,
+        work: flops(s, s, s, b),
+        inputs: vec![vec![b, s, s], vec![b, s, s]],
+        build: |t| t[0].matmul(&t[1]),
+    });
+    v
+}
+
+/// Runs the section on `dev`; `small` scales sizes down for a software adapter.
+pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
+    println!("\n## lazor matmul benchmark\n");
+    println!(
+        "- device: {}; one device for the whole section; sizes {}",
+        dev.name(),
+        if small {
+            "scaled down (CPU adapter): large = 512, mid = 256, batched 8 x 128^3"
+        } else {
+            "those of torch_reference.py matmul"
+        }
+    );
+    println!(
+        "- median of up to {} runs after warm-up; each run: build the expression, `realize()`, `synchronize()`; \
+         x{} = that many realizes per synchronize; shader checks: {}",
+        cfg.runs,
+        cfg.batch,
+        if std::env::var("LAZOR_SHADER_CHECKS").is_ok_and(|v| v.trim() != "0") {
+            "on (LAZOR_SHADER_CHECKS=1)"
+        } else {
+            "off for matmul kernels (default)"
+        }
+    );
+    println!();
+    println!("| case | shape | dispatches | ms (x{}) | rate | ms (1/sync) | rate |", cfg.batch);
+    println!("|---|---|---|---|---|---|---|");
+    for case in cases(small) {
+        let inputs: Vec<Tensor> = case
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Tensor::from_vec_on(super::inputs(s.iter().product(), 7 + i as u64), s.as_slice(), dev))
+            .collect();
+        for t in &inputs {
+            t.realize().unwrap();
+        }
+        let before = dev.stats().dispatches;
+        (case.build)(&inputs).realize().unwrap();
+        let dispatches = dev.stats().dispatches - before;
+        let batched = measure(cfg, || {
+            for _ in 0..cfg.batch {
+                (case.build)(&inputs).realize().unwrap();
+            }
+            dev.synchronize().unwrap();
+        })
+        .per(cfg.batch);
+        let single = measure(cfg, || {
+            (case.build)(&inputs).realize().unwrap();
+            dev.synchronize().unwrap();
+        });
+        let rate = |t: Duration| {
+            if case.bytes {
+                format!("{:.0} GB/s", case.work / t.as_secs_f64() / 1e9)
+            } else {
+                format!("{:.2} TFLOP/s", case.work / t.as_secs_f64() / 1e12)
+            }
+        };
+        let shape: Vec<String> = case.inputs.iter().map(|s| format!("{s:?}")).collect();
+        println!(
+            "| {} | {} | {dispatches} | {} | {} | {} | {} |",
+            case.name,
+            shape.join(" x "),
+            ms(batched.median),
+            rate(batched.median),
+            ms(single.median),
+            rate(single.median)
+        );
+    }
+    true
+}

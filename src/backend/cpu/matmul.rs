@@ -1,0 +1,253 @@
+//! Running a matmul kernel on the CPU: `gemm` on operands read in place or evaluated, then the epilogue.
+
+use super::eval::{self, Out};
+use crate::kernel::{Instr, Kernel, Kind};
+use crate::shape::Shape;
+use gemm::Parallelism;
+use std::ops::Range;
+
+/// An operand as gemm reads it: where each batch matrix's first element is in `data`, and the strides between rows
+/// and between columns (of A: rows of the output and k; of B: k and columns of the output).
+struct Operand<'a> {
+    data: &'a [f32],
+    bases: Vec<usize>,
+    rows: isize,
+    cols: isize,
+}
+
+impl<'a> Operand<'a> {
+    /// Batch matrices of `rows` x `cols`, row-major, one after another.
+    fn contiguous(data: &'a [f32], rows: usize, cols: usize, batches: usize) -> Operand<'a> {
+        Operand { data, bases: (0..batches).map(|b| b * rows * cols).collect(), rows: cols as isize, cols: 1 }
+    }
+
+    fn ptr(&self, batch: usize) -> *const f32 {
+        self.data.as_ptr().wrapping_add(self.bases[batch])
+    }
+}
+
+/// The operand computed by instructions `range` over the domain `dims`, as a strided read of an input, when it is
+/// exactly one load of frame 0 and every address it reaches is inside the input (gemm reads raw pointers, so a bad
+/// view must fail on the evaluator's bounds checks instead). gemm takes any signed strides, zero included.
+fn strided<'a>(k: &Kernel, range: Range<usize>, dims: &[usize], inputs: &[&'a [f32]]) -> Option<Operand<'a>> {
+    let [Instr::Load { input, view, .. }] = &k.body[range] else { return None };
+    let r = dims.len();
+    let (strides, offset): (Vec<i64>, i64) = match view {
+        None => (Shape::from(dims).contiguous_strides().iter().map(|&s| s as i64).collect(), 0),
+        Some(v) if v.frame == 0 => ((0..r).map(|d| eval::param(k, v.at + d)).collect(), eval::param(k, v.at + r)),
+        Some(_) => return None,
+    };
+    let data = inputs[*input];
+    let (mut lo, mut hi) = (offset, offset);
+    for (&d, &s) in dims.iter().zip(&strides) {
+        let span = (d as i64 - 1) * s;
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    if dims.contains(&0) || lo < 0 || hi >= data.len() as i64 {
+        return None;
+    }
+    // Each batch matrix's base, counting through the batch axes like an odometer.
+    let batch = &dims[..r - 2];
+    let batches: usize = batch.iter().product();
+    let mut bases = Vec::with_capacity(batches);
+    let mut c = vec![0usize; batch.len()];
+    for _ in 0..batches {
+        bases.push((offset + c.iter().zip(&strides).map(|(&c, &s)| c as i64 * s).sum::<i64>()) as usize);
+        for d in (0..batch.len()).rev() {
+            c[d] += 1;
+            if c[d] < batch[d] {
+                break;
+            }
+            c[d] = 0;
+        }
+    }
+    Some(Operand { data, bases, rows: strides[r - 2] as isize, cols: strides[r - 1] as isize })
+}
+
+/// The value of instruction `value`, computed by instructions `range`, at every coordinate of the domain `dims`, in
+/// row-major order. The range is run on a copy of the kernel whose shape is that domain, so its loads see only
+/// their own domain's coordinates.
+fn evaluate(k: &Kernel, range: Range<usize>, value: usize, dims: &[usize], inputs: &[&[f32]]) -> Vec<f32> {
+    let mut domain = k.clone();
+    domain.shape = Shape::from(dims);
+    domain.params[0] = domain.shape.numel() as u32;
+    domain.dims_at = Some(domain.params.len());
+    domain.params.extend(dims.iter().map(|&d| d as u32));
+    let mut values = vec![0.0; domain.shape.numel()];
+    eval::map(&domain, range, inputs, &[value], &mut [values.as_mut_slice()], None);
+    values
+}
+
+/// `dst` (batch matrices of `m` x `n`, row-major) = `a` x `b`, with an inner size `inner`. Many small products run in
+/// parallel over the batch, each on one thread; otherwise gemm parallelizes each product itself.
+fn multiply(a: &Operand, b: &Operand, dst: &mut [f32], m: usize, n: usize, inner: usize) {
+    let batches = a.bases.len();
+    debug_assert_eq!(dst.len(), batches * m * n);
+    let out = Out(dst.as_mut_ptr());
+    let one = |i: usize, par: Parallelism| {
+        // SAFETY: `strided` checked that every address of a strided operand is inside its input, an evaluated one
+        // has exactly its domain's elements, and batch `i` of `dst` is its own `m * n` elements, written by this
+        // call alone. With `read_dst` false the destination is only written, whatever it held.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                inner,
+                out.at(i * m * n),
+                1,
+                n as isize,
+                false,
+                a.ptr(i),
+                a.cols,
+                a.rows,
+                b.ptr(i),
+                b.cols,
+                b.rows,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
+            )
+        }
+    };
+    let threads = rayon::current_num_threads();
+    // gemm keeps a product below its threading threshold on one thread: only the batch can spread those.
+    let small = m * n * inner < gemm::get_threading_threshold();
+    if batches > 1 && (small || batches >= 4 * threads) {
+        eval::tasks(batches, |i| one(i, Parallelism::None));
+        return;
+    }
+    // On a pool thread, nested parallelism could run another of the caller's tasks on this thread (see `tasks`).
+    let par = if threads == 1 || rayon::current_thread_index().is_some() {
+        Parallelism::None
+    } else {
+        Parallelism::Rayon(threads)
+    };
+    (0..batches).for_each(|i| one(i, par));
+}
+
+/// Runs a matmul kernel: the product of its operands over the output's batch, then its epilogue, each output
+/// stored at the output's row-major index.
+pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
+    let Kind::Matmul(mm) = k.kind else { unreachable!("a matmul kernel") };
+    let numel = k.shape.numel();
+    if numel == 0 {
+        return;
+    }
+    let dims = k.shape.dims();
+    let r = dims.len();
+    let (m, n) = (dims[r - 2], dims[r - 1]);
+    let inner = k.params[mm.k_at] as usize;
+    let batches = numel / (m * n);
+    let domain = |tail: [usize; 2]| -> Vec<usize> { dims[..r - 2].iter().copied().chain(tail).collect() };
+    // The product goes straight to the output when the epilogue only stores it.
+    let direct = k.body[mm.b_end..] == [Instr::Reduced] && matches!(k.outputs[..], [(_, v)] if v == mm.b_end);
+    let mut scratch = Vec::new();
+    let product: &mut [f32] = if direct {
+        &mut *outputs[0]
+    } else {
+        scratch = vec![0.0; numel];
+        &mut scratch
+    };
+    if inner == 0 {
+        product.fill(0.0);
+    } else {
+        let (da, db) = (domain([m, inner]), domain([inner, n]));
+        let (a_values, b_values);
+        let a = match strided(k, 0..mm.a_end, &da, inputs) {
+            Some(a) => a,
+            None => {
+                a_values = evaluate(k, 0..mm.a_end, mm.a, &da, inputs);
+                Operand::contiguous(&a_values, m, inner, batches)
+            }
+        };
+        let b = match strided(k, mm.a_end..mm.b_end, &db, inputs) {
+            Some(b) => b,
+            None => {
+                b_values = evaluate(k, mm.a_end..mm.b_end, mm.b, &db, inputs);
+                Operand::contiguous(&b_values, inner, n, batches)
+            }
+        };
+        multiply(&a, &b, product, m, n, inner);
+    }
+    if !direct {
+        let values: Vec<usize> = k.outputs.iter().map(|&(_, v)| v).collect();
+        eval::map(k, mm.b_end..k.body.len(), inputs, &values, outputs, Some(&scratch));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The product read element by element through the operands' strides, in f64.
+    fn naive(a: &Operand, b: &Operand, m: usize, n: usize, inner: usize) -> Vec<f32> {
+        let at = |o: &Operand, batch: usize, i: usize, j: usize| {
+            o.data[(o.bases[batch] as isize + i as isize * o.rows + j as isize * o.cols) as usize] as f64
+        };
+        let mut out = Vec::new();
+        for batch in 0..a.bases.len() {
+            for i in 0..m {
+                for j in 0..n {
+                    out.push((0..inner).map(|p| at(a, batch, i, p) * at(b, batch, p, j)).sum::<f64>() as f32);
+                }
+            }
+        }
+        out
+    }
+
+    fn data(len: usize, seed: usize) -> Vec<f32> {
+        (0..len).map(|i| ((i * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5).collect()
+    }
+
+    /// gemm takes negative and zero strides (a flipped or broadcast operand) without a copy, at sizes that reach its
+    /// small-matrix, packed and multi-threaded paths.
+    #[test]
+    fn gemm_takes_signed_and_zero_strides() {
+        for &(m, n, inner, batches) in
+            &[(3, 5, 7, 1), (2, 2, 1, 3), (17, 33, 9, 4), (70, 90, 130, 2), (200, 150, 300, 1)]
+        {
+            let len_a = m * inner + 7;
+            let len_b = inner * n + 5;
+            let (da, db) = (data(len_a, 1), data(len_b, 2));
+            // A flipped along both axes (read from its end backwards), B broadcast along k (stride 0) or transposed.
+            let a_flip = Operand { data: &da, bases: vec![m * inner - 1; batches], rows: -(inner as isize), cols: -1 };
+            let a_row =
+                Operand { data: &da, bases: (0..batches).map(|b| b % 3).collect(), rows: inner as isize, cols: 1 };
+            let b_bcast = Operand { data: &db, bases: vec![2; batches], rows: 0, cols: 1 };
+            let b_t = Operand { data: &db, bases: vec![0; batches], rows: 1, cols: inner as isize };
+            let b_flip_cols = Operand { data: &db, bases: vec![n - 1; batches], rows: n as isize, cols: -1 };
+            for (a, b) in [(&a_flip, &b_bcast), (&a_row, &b_t), (&a_flip, &b_flip_cols), (&a_row, &b_bcast)] {
+                let mut dst = vec![f32::NAN; batches * m * n];
+                multiply(a, b, &mut dst, m, n, inner);
+                let want = naive(a, b, m, n, inner);
+                for (x, y) in dst.iter().zip(&want) {
+                    assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{m}x{n}x{inner}: {x} vs {y}");
+                }
+            }
+        }
+    }
+
+    /// A NaN in row i of A makes row i of the product NaN, and only that row.
+    #[test]
+    fn nan_propagates_by_row() {
+        let (m, n, inner) = (40, 50, 60);
+        let mut da = data(m * inner, 3);
+        da[5 * inner + 17] = f32::NAN;
+        let db = data(inner * n, 4);
+        let a = Operand::contiguous(&da, m, inner, 1);
+        let b = Operand::contiguous(&db, inner, n, 1);
+        let mut dst = vec![0.0; m * n];
+        multiply(&a, &b, &mut dst, m, n, inner);
+        for (i, row) in dst.chunks(n).enumerate() {
+            assert_eq!(row.iter().all(|x| x.is_nan()), i == 5, "row {i}");
+            assert!(i == 5 || row.iter().all(|x| x.is_finite()));
+        }
+    }
+}
