@@ -31,3 +31,24 @@ pub fn no_subgroups() -> bool {
 pub fn shader_checks() -> bool {
     var("LAZOR_SHADER_CHECKS").is_some_and(|v| v.trim() != "0")
 }
+
+/// `LAZOR_MATMUL_TILE=bm,bn,bk,tm,tn`: every tiled matmul uses this blocking instead of the shape table (a tuning
+/// knob: `docs/matmul.md` says how the table was tuned). Read once per process; an invalid value is ignored with a
+/// warning. Valid: `tm` and `tn` in {4, 8}, `bm = 16 tm`, `bn = 16 tn`, `bk` in {4, 8, 16, 32}.
+pub fn matmul_tile() -> Option<[u32; 5]> {
+    static TILE: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
+    *TILE.get_or_init(|| {
+        let v = var("LAZOR_MATMUL_TILE")?;
+        let n: Vec<u32> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        let ok = |t: &[u32]| {
+            matches!(t[3], 4 | 8) && matches!(t[4], 4 | 8) && t[0] == 16 * t[3] && t[1] == 16 * t[4] && matches!(t[2], 4 | 8 | 16 | 32)
+        };
+        match n[..] {
+            [a, b, c, d, e] if ok(&n) => Some([a, b, c, d, e]),
+            _ => {
+                eprintln!("lazor: LAZOR_MATMUL_TILE={v}: expected bm,bn,bk,tm,tn with tm, tn in {{4, 8}}, bm = 16 tm, bn = 16 tn, bk in {{4, 8, 16, 32}}; ignored");
+                None
+            }
+        }
+    })
+}

@@ -1,8 +1,8 @@
 //! The matmul section of the benchmark: the cases of `torch_reference.py matmul` on one device, in one process.
 
-use super::{measure, ms, Config};
+use super::{measure, measure_parts, ms, Config};
 use lazor::{Device, Tensor};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One case: a name, the work it does (FLOPs, or bytes for a memory-bound one) and how to build it.
 struct Case {
@@ -60,6 +60,14 @@ fn cases(small: bool) -> Vec<Case> {
             build: |t| t[0].matmul(&t[1]),
         },
     ];
+    // The floor: a realize of one tiny elementwise kernel.
+    v.push(Case {
+        name: "floor: x + 1.0 over 1024 elements (GB/s of x)",
+        bytes: true,
+        work: 4096.0,
+        inputs: vec![vec![1024]],
+        build: |t| &t[0] + 1.0,
+    });
     let (b, s) = if small { (8, 128) } else { (64, 256) };
     v.push(Case {
         name: "batched [b, s, s] x [b, s, s]",
@@ -85,8 +93,10 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
     );
     println!(
         "- median of up to {} runs after warm-up; each run: build the expression, `realize()`, `synchronize()`; \
-         x{} = that many realizes per synchronize; shader checks: {}",
+         x{} = that many realizes per synchronize; host ms = the time to build and submit one realize (of the \
+         x{} runs); shader checks: {}",
         cfg.runs,
+        cfg.batch,
         cfg.batch,
         if std::env::var("LAZOR_SHADER_CHECKS").is_ok_and(|v| v.trim() != "0") {
             "on (LAZOR_SHADER_CHECKS=1)"
@@ -95,8 +105,11 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
         }
     );
     println!();
-    println!("| case | shape | dispatches | ms (x{}) | rate | ms (1/sync) | rate |", cfg.batch);
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| case | shape | dispatches | host ms | ms (x{0}) | rate | ms ({0} in 1 realize) | rate | ms (1/sync) | rate |",
+        cfg.batch
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for case in cases(small) {
         let inputs: Vec<Tensor> = case
             .inputs
@@ -110,10 +123,22 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
         let before = dev.stats().dispatches;
         (case.build)(&inputs).realize().unwrap();
         let dispatches = dev.stats().dispatches - before;
-        let batched = measure(cfg, || {
+        // The host's share: building and submitting the realizes, before waiting for them.
+        let [host, batched] = measure_parts(cfg, || {
+            let t = Instant::now();
             for _ in 0..cfg.batch {
                 (case.build)(&inputs).realize().unwrap();
             }
+            let issued = t.elapsed();
+            dev.synchronize().unwrap();
+            [issued, t.elapsed()]
+        });
+        let (host, batched) = (host.per(cfg.batch), batched.per(cfg.batch));
+        // The same products issued together: one realize of `batch` of them, one submit, so the GPU runs the kernels
+        // back to back (as a CUDA stream does) without a submit between them.
+        let together = measure(cfg, || {
+            let outs: Vec<Tensor> = (0..cfg.batch).map(|_| (case.build)(&inputs)).collect();
+            lazor::realize(&outs.iter().collect::<Vec<_>>()).unwrap();
             dev.synchronize().unwrap();
         })
         .per(cfg.batch);
@@ -130,11 +155,14 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
         };
         let shape: Vec<String> = case.inputs.iter().map(|s| format!("{s:?}")).collect();
         println!(
-            "| {} | {} | {dispatches} | {} | {} | {} | {} |",
+            "| {} | {} | {dispatches} | {} | {} | {} | {} | {} | {} | {} |",
             case.name,
             shape.join(" x "),
+            ms(host.median),
             ms(batched.median),
             rate(batched.median),
+            ms(together.median),
+            rate(together.median),
             ms(single.median),
             rate(single.median)
         );

@@ -164,7 +164,7 @@ impl Builder {
 }
 
 /// What a device lets generated code use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Target {
     /// Subgroup operations (`subgroupAdd` and friends).
     pub subgroups: bool,
@@ -177,6 +177,46 @@ pub fn generate(kernel: &Kernel, target: &Target) -> String {
         Kind::Reduce(_) => reduce::generate(kernel, target),
         Kind::Rows { .. } => rows::generate(kernel, target),
         Kind::Matmul(_) => matmul::generate(kernel),
+    }
+}
+
+/// What a kernel's WGSL depends on: its structure without its parameter values or plan slots. Two kernels with
+/// equal keys generate the same source, so a backend caches pipelines by key and generates source only on a miss.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    kind: Kind,
+    rank: usize,
+    /// Per input, whether it is bound as vectors.
+    inputs: Vec<bool>,
+    /// Per output, the instruction it stores.
+    outputs: Vec<usize>,
+    body: Vec<crate::kernel::Instr>,
+    frames: Vec<crate::kernel::Frame>,
+    params: usize,
+    dims_at: Option<usize>,
+    width: usize,
+    tiles: Vec<(usize, usize)>,
+    phases: Vec<crate::kernel::Phase>,
+    target: Target,
+}
+
+impl Key {
+    /// The key of `kernel`'s source for `target`.
+    pub fn of(kernel: &Kernel, target: &Target) -> Key {
+        Key {
+            kind: kernel.kind,
+            rank: kernel.shape.ndim(),
+            inputs: kernel.inputs.iter().map(|i| i.1).collect(),
+            outputs: kernel.outputs.iter().map(|o| o.1).collect(),
+            body: kernel.body.clone(),
+            frames: kernel.frames.clone(),
+            params: kernel.params.len(),
+            dims_at: kernel.dims_at,
+            width: kernel.width,
+            tiles: kernel.tiles.clone(),
+            phases: kernel.phases.clone(),
+            target: *target,
+        }
     }
 }
 

@@ -22,6 +22,9 @@ const MIN_LARGE_GROUPS: usize = 264;
 
 /// The tile for a product of `batch` matrices of `m` x `n` outputs.
 pub(super) fn choose_tile(m: usize, n: usize, batch: usize) -> MatmulTile {
+    if let Some([bm, bn, bk, tm, tn]) = crate::env::matmul_tile() {
+        return MatmulTile { bm, bn, bk, tm, tn };
+    }
     if LARGE.groups(m, n) * batch >= MIN_LARGE_GROUPS {
         return LARGE;
     }

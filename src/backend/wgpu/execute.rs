@@ -66,16 +66,25 @@ impl WgpuBackend {
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             for (n, kernel) in job.kernels.iter().enumerate() {
-                let wgsl = codegen::generate(kernel, &target);
-                let name = format!("k{}x{}", kernel.fused_ops, kernel.outputs.len());
-                // A matmul's indices are in range by construction: every load and store is guarded by the sizes
-                // and every view was checked when it was made, so wgpu's own checks are redundant there.
-                let trusted = matches!(kernel.kind, crate::kernel::Kind::Matmul(_)) && !gpu.checked;
-                let compiled = match st.pipelines.get(&gpu.device, &wgsl, &name, trusted, debug, stats) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
+                let key = codegen::Key::of(kernel, &target);
+                let compiled = match st.pipelines.lookup(&key, stats) {
+                    Some(p) => p,
+                    None => {
+                        let wgsl = codegen::generate(kernel, &target);
+                        let name = format!("k{}x{}", kernel.fused_ops, kernel.outputs.len());
+                        // A matmul's indices are in range by construction: every load and store is guarded by the
+                        // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
+                        let trusted = matches!(kernel.kind, crate::kernel::Kind::Matmul(_)) && !gpu.checked;
+                        match st.pipelines.get(&gpu.device, &wgsl, &name, trusted, debug, stats) {
+                            Ok(p) => {
+                                st.pipelines.remember(key, p.clone());
+                                p
+                            }
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        }
                     }
                 };
                 for &(slot, _) in &kernel.outputs {

@@ -13,13 +13,27 @@ pub struct Compiled {
     pub layout: wgpu::BindGroupLayout,
 }
 
-/// Compiled compute pipelines by source.
+/// Compiled compute pipelines by source, and by kernel structure in front of that, so a kernel seen before skips
+/// code generation as well as compilation.
 #[derive(Default)]
 pub struct Pipelines {
     cache: HashMap<String, Arc<Compiled>>,
+    by_key: HashMap<crate::codegen::Key, Arc<Compiled>>,
 }
 
 impl Pipelines {
+    /// The pipeline of a kernel whose structure is `key`, if one was compiled; counted as a cache hit.
+    pub fn lookup(&self, key: &crate::codegen::Key, stats: &mut Stats) -> Option<Arc<Compiled>> {
+        let p = self.by_key.get(key)?;
+        stats.pipeline_cache_hits += 1;
+        Some(p.clone())
+    }
+
+    /// Remembers `compiled` as the pipeline of structure `key`.
+    pub fn remember(&mut self, key: crate::codegen::Key, compiled: Arc<Compiled>) {
+        self.by_key.insert(key, compiled);
+    }
+
     /// The pipeline for `wgsl`, compiled on first use.
     ///
     /// # Errors
