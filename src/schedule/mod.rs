@@ -350,6 +350,69 @@ mod tests {
     }
 
     #[test]
+    fn kernels_of_one_structure_share_a_pipeline_key() {
+        let mut g = Graph::default();
+        let small = chain3(&mut g, 1000);
+        let big = chain3(&mut g, 100_000);
+        let t = crate::codegen::Target::default();
+        let (p1, p2) = (plan(&g, &[small], &FUSE), plan(&g, &[big], &FUSE));
+        let (k1, k2) = (&p1.kernels[0], &p2.kernels[0]);
+        assert_ne!(k1.params, k2.params);
+        assert_eq!(crate::codegen::Key::of(k1, &t), crate::codegen::Key::of(k2, &t));
+        assert_eq!(crate::codegen::generate(k1, &t), crate::codegen::generate(k2, &t));
+        let e = g.add(Op::Unary(UnaryOp::Exp, big), Shape::from([100_000]), DType::F32);
+        let p3 = plan(&g, &[e], &FUSE);
+        assert_ne!(crate::codegen::Key::of(&p3.kernels[0], &t), crate::codegen::Key::of(k2, &t));
+    }
+
+    /// `x [m, k] @ w [k, n]`, with `x` first put through `pre` and the product through `post`.
+    fn matmul(g: &mut Graph, m: usize, k: usize, n: usize) -> (NodeId, NodeId, NodeId) {
+        let x = data(g, &[m, k]);
+        let w = data(g, &[k, n]);
+        let p = g.add(Op::Matmul(x, w), Shape::from([m, n]), DType::F32);
+        (x, w, p)
+    }
+
+    #[test]
+    fn matmul_takes_its_epilogue_and_cheap_prologues() {
+        let mut g = Graph::default();
+        let (x, w, _) = matmul(&mut g, 64, 32, 48);
+        let bias = data(&mut g, &[48]);
+        let rx = g.add(Op::Unary(UnaryOp::Relu, x), Shape::from([64, 32]), DType::F32);
+        let p = g.add(Op::Matmul(rx, w), Shape::from([64, 48]), DType::F32);
+        let y = bin(&mut g, BinaryOp::Add, p, bias);
+        let y = g.add(Op::Unary(UnaryOp::Gelu, y), Shape::from([64, 48]), DType::F32);
+        let pl = plan(&g, &[y], &FUSE);
+        assert_eq!(pl.kernels.len(), 1);
+        let k = &pl.kernels[0];
+        let crate::kernel::Kind::Matmul(mm) = k.kind else { panic!("{:?}", k.kind) };
+        assert!(matches!(k.body[mm.a], Instr::Unary(UnaryOp::Relu, _)), "relu runs on A's loads");
+        assert!(k.body[mm.b_end..].contains(&Instr::Reduced), "the epilogue reads the product");
+        assert!(mm.a_along_k && !mm.b_along_k, "row-major A along k, row-major B along n");
+        assert_eq!((k.inputs.len(), k.outputs.len()), (3, 1));
+        // An expensive operand is stored first.
+        let mut heavy = x;
+        for op in [UnaryOp::Exp, UnaryOp::Sin, UnaryOp::Cos] {
+            heavy = g.add(Op::Unary(op, heavy), Shape::from([64, 32]), DType::F32);
+        }
+        let p = g.add(Op::Matmul(heavy, w), Shape::from([64, 48]), DType::F32);
+        let pl = plan(&g, &[p], &FUSE);
+        assert_eq!(pl.kernels.len(), 2);
+        assert_eq!(pl.kernels[0].kind, crate::kernel::Kind::Elementwise);
+    }
+
+    #[test]
+    fn matrix_vector_products_are_folds() {
+        let mut g = Graph::default();
+        let (_, _, p) = matmul(&mut g, 1, 4096, 512);
+        let pl = plan(&g, &[p], &FUSE);
+        assert!(pl.kernels.iter().all(|k| matches!(k.kind, crate::kernel::Kind::Reduce(r) if !r.rows)), "k outer");
+        let (_, _, p) = matmul(&mut g, 512, 4096, 1);
+        let pl = plan(&g, &[p], &FUSE);
+        assert!(matches!(pl.kernels[0].kind, crate::kernel::Kind::Reduce(r) if r.rows), "k innermost");
+    }
+
+    #[test]
     fn empty_tensors_schedule_nothing() {
         let mut g = Graph::default();
         let a = data(&mut g, &[0, 3]);
