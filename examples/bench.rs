@@ -69,6 +69,18 @@ struct Config {
     batch: u32,
 }
 
+impl Config {
+    /// Runs and budget from `LAZOR_BENCH_RUNS` and `LAZOR_BENCH_BUDGET_MS`.
+    fn from_env(sizes: Vec<usize>, batch: u32) -> Config {
+        Config {
+            runs: env_num("LAZOR_BENCH_RUNS").unwrap_or(20).max(1) as usize,
+            budget: Duration::from_millis(env_num("LAZOR_BENCH_BUDGET_MS").unwrap_or(3000)),
+            sizes,
+            batch,
+        }
+    }
+}
+
 fn env_num(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
@@ -666,12 +678,7 @@ fn elementwise() -> bool {
     let keep = |n: usize| !(cpu && !big && n >= 1 << 24) && n.trailing_zeros() as u64 <= max_log2;
     let skipped: Vec<String> = sizes.iter().filter(|&&n| !keep(n)).map(|&n| size_name(n)).collect();
     sizes.retain(|&n| keep(n));
-    let cfg = Config {
-        runs: env_num("LAZOR_BENCH_RUNS").unwrap_or(20).max(1) as usize,
-        budget: Duration::from_millis(env_num("LAZOR_BENCH_BUDGET_MS").unwrap_or(3000)),
-        sizes,
-        batch: if cpu { 8 } else { 32 },
-    };
+    let cfg = Config::from_env(sizes, if cpu { 8 } else { 32 });
     let batch = cfg.batch;
 
     println!("## lazor elementwise benchmark\n");
@@ -978,12 +985,7 @@ fn views() -> bool {
         Ok(v) => v.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
         Err(_) => ViewCase::DEFAULT_LOG2.to_vec(),
     };
-    let cfg = Config {
-        runs: env_num("LAZOR_BENCH_RUNS").unwrap_or(20).max(1) as usize,
-        budget: Duration::from_millis(env_num("LAZOR_BENCH_BUDGET_MS").unwrap_or(3000)),
-        sizes: Vec::new(),
-        batch: if cpu { 8 } else { 32 },
-    };
+    let cfg = Config::from_env(Vec::new(), if cpu { 8 } else { 32 });
     let batch = cfg.batch;
 
     println!("\n## lazor views benchmark\n");
@@ -1266,12 +1268,7 @@ fn reductions() -> bool {
         Ok("full") => false,
         _ => cpu,
     };
-    let cfg = Config {
-        runs: env_num("LAZOR_BENCH_RUNS").unwrap_or(20).max(1) as usize,
-        budget: Duration::from_millis(env_num("LAZOR_BENCH_BUDGET_MS").unwrap_or(3000)),
-        sizes: Vec::new(),
-        batch: if cpu { 8 } else { 32 },
-    };
+    let cfg = Config::from_env(Vec::new(), if cpu { 8 } else { 32 });
     let batch = cfg.batch;
 
     println!("\n## lazor reductions benchmark\n");
@@ -1601,17 +1598,13 @@ fn met(ok: bool) -> &'static str {
 
 /// The CPU-backend section. False on a failure.
 fn cpu() -> bool {
-    let cfg = Config {
-        runs: env_num("LAZOR_BENCH_RUNS").unwrap_or(20).max(1) as usize,
-        budget: Duration::from_millis(env_num("LAZOR_BENCH_BUDGET_MS").unwrap_or(3000)),
-        sizes: std::env::var("LAZOR_BENCH_CPU_LOG2")
-            .unwrap_or_else(|_| "20,24".into())
-            .split(',')
-            .filter_map(|s| s.trim().parse::<u32>().ok())
-            .map(|k| 1usize << k)
-            .collect(),
-        batch: 1,
-    };
+    let sizes = std::env::var("LAZOR_BENCH_CPU_LOG2")
+        .unwrap_or_else(|_| "20,24".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse::<u32>().ok())
+        .map(|k| 1usize << k)
+        .collect();
+    let cfg = Config::from_env(sizes, 1);
     // One CPU device for the whole section, as a program has; inputs realized on it before anything is timed.
     let cpu = Device::cpu();
     let gpu = match Device::new() {
@@ -1811,12 +1804,7 @@ fn main() -> ExitCode {
         // The way a user runs: the process-wide default device, every case one after another.
         let dev = Device::default();
         let small = dev.is_cpu() || dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
-        let cfg = Config {
-            runs: env_num("LAZOR_BENCH_RUNS").unwrap_or(20).max(1) as usize,
-            budget: Duration::from_millis(env_num("LAZOR_BENCH_BUDGET_MS").unwrap_or(3000)),
-            sizes: Vec::new(),
-            batch: if small { 2 } else { 8 },
-        };
+        let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
         if !matmul::run(&dev, &cfg, small) {
             return ExitCode::FAILURE;
         }

@@ -108,6 +108,29 @@ impl<'a> Lowerer<'a> {
         self.cache.clear();
     }
 
+    /// Evaluates every member of the group over `domain` and stores those that leave the kernel; `head` (a fold or
+    /// product whose value the kernel already holds) reads as [`Instr::Reduced`].
+    pub fn epilogue(
+        &mut self,
+        members: &[NodeId],
+        domain: &Shape,
+        head: Option<NodeId>,
+        written: &dyn Fn(NodeId) -> bool,
+    ) -> Result<(), NodeId> {
+        self.set_domain(domain, head);
+        for &member in members {
+            let v = self.root(member, domain)?;
+            self.output(member, v, written);
+        }
+        Ok(())
+    }
+
+    /// The constant `value`, from the parameter block.
+    pub fn constant(&mut self, value: f32) -> usize {
+        let at = self.param(value.to_bits());
+        self.push(Instr::Scalar(at))
+    }
+
     /// The slot of a node's buffer, as an input of the kernel.
     pub fn input(&mut self, slot: usize) -> usize {
         self.k.inputs.iter().position(|i| i.0 == slot).unwrap_or_else(|| {
@@ -206,10 +229,7 @@ impl<'a> Lowerer<'a> {
             self.load(id, m)
         } else {
             match &node.op {
-                Op::Const(c) => {
-                    let at = self.param(c.to_bits());
-                    self.push(Instr::Scalar(at))
-                }
+                Op::Const(c) => self.constant(*c),
                 Op::Unary(op, a) => {
                     let a = self.value(*a, m, anchor)?;
                     self.k.fused_ops += 1;
@@ -479,10 +499,7 @@ pub(super) fn lower(
 ) -> Result<Kernel, NodeId> {
     let k = kernel(Kind::Elementwise, &grp.shape, grp.shape.numel());
     let mut l = Lowerer::new(graph, fusion, &grp.members, k, slot);
-    for &member in &grp.members {
-        let v = l.root(member, &grp.shape)?;
-        l.output(member, v, written);
-    }
+    l.epilogue(&grp.members, &grp.shape, None, written)?;
     l.vectorize();
     Ok(l.k)
 }

@@ -52,7 +52,7 @@ pub(super) fn lower(
     let r = out.ndim();
     let (m, n) = (out.dims()[r - 2], out.dims()[r - 1]);
     if m == 1 || n == 1 {
-        return matrix_vector(graph, fusion, grp, written, slot, scratch, a, b);
+        return matrix_vector(graph, fusion, grp, written, slot, scratch);
     }
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
     let k = sa.dims()[r - 1];
@@ -66,11 +66,7 @@ pub(super) fn lower(
     let vb = operand(&mut l, b, &sb)?;
     let b_end = l.k.body.len();
     l.k.fused_ops += 1;
-    l.set_domain(&out, Some(mm));
-    for &member in &grp.members {
-        let v = l.root(member, &out)?;
-        l.output(member, v, written);
-    }
+    l.epilogue(&grp.members, &out, Some(mm), written)?;
     let (a_along_k, b_along_k) = (along_k(&l.k, 0..a_end, r - 1, r - 2), along_k(&l.k, a_end..b_end, r - 2, r - 1));
     let batch = out.numel() / (m * n);
     let tile = choose_tile(m, n, batch);
@@ -81,8 +77,7 @@ pub(super) fn lower(
 /// An operand's value at every element of its domain; a constant 0 when k = 0 (nothing is read).
 fn operand(l: &mut Lowerer, id: NodeId, domain: &Shape) -> Result<usize, NodeId> {
     if domain.numel() == 0 {
-        let at = l.param(0f32.to_bits());
-        return Ok(l.push(Instr::Scalar(at)));
+        return Ok(l.constant(0.0));
     }
     l.root(id, domain)
 }
@@ -127,7 +122,6 @@ fn contiguous_along(graph: &Graph, id: NodeId, axis: usize) -> bool {
 /// work is a fold of `a * b` over k, laid out so that the matrix is read along its contiguous axis: k innermost
 /// (a team of threads per output) when the matrix is contiguous along k, otherwise k outer (a thread per output,
 /// neighbours reading neighbours).
-#[allow(clippy::too_many_arguments)]
 fn matrix_vector(
     graph: &Graph,
     fusion: &Fusion,
@@ -135,9 +129,10 @@ fn matrix_vector(
     written: &dyn Fn(NodeId) -> bool,
     slot: &mut dyn FnMut(NodeId) -> usize,
     scratch: &mut dyn FnMut(u64) -> usize,
-    a: NodeId,
-    b: NodeId,
 ) -> Result<Vec<Kernel>, NodeId> {
+    let Op::Matmul(a, b) = graph.node(grp.members[0]).op else {
+        unreachable!("a matmul group starts with its product")
+    };
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
     let r = sa.ndim();
     let (m, k, n) = (sa.dims()[r - 2], sa.dims()[r - 1], sb.dims()[r - 1]);

@@ -93,7 +93,7 @@ pub(super) fn lower_fold(
     l.k.fused_ops += 1;
     if c == 1 {
         l.k.kind = Kind::Reduce(info);
-        epilogue(&mut l, grp, &out, written)?;
+        l.epilogue(&grp.members, &out, Some(grp.members[0]), written)?;
         if rows {
             l.vectorize_fold(info.prologue, axis);
         }
@@ -120,7 +120,7 @@ pub(super) fn lower_fold(
     let value = l.push(Instr::Load { input, view: None, access: Access::Own });
     let info = Reduce { op, axis, rows, prologue: 1, value, chunks_at, team_at, partial: false };
     l.k.kind = Kind::Reduce(info);
-    epilogue(&mut l, grp, &out, written)?;
+    l.epilogue(&grp.members, &out, Some(grp.members[0]), written)?;
     Ok(vec![first, l.k])
 }
 
@@ -133,20 +133,9 @@ fn folded_value(
     value: &mut dyn FnMut(&mut Lowerer) -> Result<usize, NodeId>,
 ) -> Result<usize, NodeId> {
     if domain.numel() == 0 {
-        let at = l.param(op.identity().to_bits());
-        return Ok(l.push(Instr::Scalar(at)));
+        return Ok(l.constant(op.identity()));
     }
     value(l)
-}
-
-/// The members after the fold, evaluated per output with the fold as the reduce node's value.
-fn epilogue(l: &mut Lowerer, grp: &Group, out: &Shape, written: &dyn Fn(NodeId) -> bool) -> Result<(), NodeId> {
-    l.set_domain(out, Some(grp.members[0]));
-    for &member in &grp.members {
-        let v = l.root(member, out)?;
-        l.output(member, v, written);
-    }
-    Ok(())
 }
 
 /// Lowers a rows group: its folds and maps, in order, over the rows of the first fold's input.

@@ -91,7 +91,7 @@ impl Batch {
 }
 
 /// The coordinates of row-major index `i` in `dims`.
-fn unravel(mut i: usize, dims: &[usize]) -> Vec<i64> {
+pub(super) fn unravel(mut i: usize, dims: &[usize]) -> Vec<i64> {
     let mut c = vec![0; dims.len()];
     for d in (0..dims.len()).rev() {
         c[d] = (i % dims[d].max(1)) as i64;

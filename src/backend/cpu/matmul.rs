@@ -50,21 +50,10 @@ fn strided<'a>(k: &Kernel, range: Range<usize>, dims: &[usize], inputs: &[&'a [f
     if dims.contains(&0) || lo < 0 || hi >= data.len() as i64 {
         return None;
     }
-    // Each batch matrix's base, counting through the batch axes like an odometer.
     let batch = &dims[..r - 2];
-    let batches: usize = batch.iter().product();
-    let mut bases = Vec::with_capacity(batches);
-    let mut c = vec![0usize; batch.len()];
-    for _ in 0..batches {
-        bases.push((offset + c.iter().zip(&strides).map(|(&c, &s)| c as i64 * s).sum::<i64>()) as usize);
-        for d in (0..batch.len()).rev() {
-            c[d] += 1;
-            if c[d] < batch[d] {
-                break;
-            }
-            c[d] = 0;
-        }
-    }
+    let bases = (0..batch.iter().product())
+        .map(|b| (offset + eval::unravel(b, batch).iter().zip(&strides).map(|(c, s)| c * s).sum::<i64>()) as usize)
+        .collect();
     Some(Operand { data, bases, rows: strides[r - 2] as isize, cols: strides[r - 1] as isize })
 }
 
