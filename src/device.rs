@@ -204,6 +204,17 @@ impl Device {
         self.inner.backend.subgroups()
     }
 
+    /// Binds f16 buffers natively (`wgpu::Features::SHADER_F16`, where the adapter has it) or, with `false`, packed
+    /// two to a 32-bit word as on adapters without it (also `LAZOR_NO_F16=1`). Both give the same bits.
+    pub fn set_native_f16(&self, on: bool) {
+        self.inner.backend.set_native_f16(on);
+    }
+
+    /// Whether f16 buffers are bound natively.
+    pub fn native_f16(&self) -> bool {
+        self.inner.backend.native_f16()
+    }
+
     /// Whether later realizes fuse.
     pub fn fusion(&self) -> bool {
         self.inner.fuse.load(Ordering::Relaxed)

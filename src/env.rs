@@ -21,6 +21,11 @@ pub fn max_fused_ops() -> usize {
     var("LAZOR_MAX_FUSED_OPS").and_then(|v| v.trim().parse().ok()).filter(|&n| n > 0).unwrap_or(256).min(1024)
 }
 
+/// `LAZOR_NO_F16=1`: f16 buffers are always packed two to a 32-bit word, as on adapters without `SHADER_F16`.
+pub fn no_f16() -> bool {
+    var("LAZOR_NO_F16").is_some_and(|v| v.trim() != "0")
+}
+
 /// `LAZOR_NO_SUBGROUPS=1`: generated kernels never use subgroup operations (the workgroup-memory path everywhere).
 pub fn no_subgroups() -> bool {
     var("LAZOR_NO_SUBGROUPS").is_some_and(|v| v.trim() != "0")

@@ -38,6 +38,14 @@ pub enum Error {
         /// The right operand's shape.
         rhs: Shape,
     },
+    /// An element type an op does not take, a pairing of types with no common type, or a read as the wrong type.
+    #[error("lazor: {op}: {message}")]
+    DType {
+        /// The op, as users call it.
+        op: &'static str,
+        /// What went wrong, naming the types.
+        message: String,
+    },
     /// Operands that live on two different devices.
     #[error("lazor: {op}: operands live on different devices")]
     DeviceMismatch {

@@ -20,14 +20,23 @@ new_key_type! {
 /// What a node computes.
 #[derive(Debug)]
 pub enum Op {
-    /// Host data not yet uploaded; replaced by `Buffer` on the first realize that needs it.
-    Data(Vec<f32>),
-    /// One value repeated over the node's shape. Never stored: kernels read it as a parameter.
-    Const(f32),
+    /// Host data not yet uploaded, as the buffer's words (see [`DType::encode`]); replaced by `Buffer` on the first
+    /// realize that needs it.
+    Data(Vec<u32>),
+    /// One value (a lane of the node's dtype) repeated over the node's shape. Never stored: kernels read it as a
+    /// parameter.
+    Const(u32),
+    /// `0, 1, ..., n - 1` (i32) over the node's shape `[n]`. Never stored: kernels compute it from the index they
+    /// read it at.
+    Arange,
     /// A realized value: its buffer is in `Node::buffer` (`None` only for an empty tensor).
     Buffer,
     Unary(UnaryOp, NodeId),
     Binary(BinaryOp, NodeId, NodeId),
+    /// The input converted to the node's dtype (see [`DType::cast_lane`]).
+    Cast(NodeId),
+    /// Per element, the second input where the first (bool) is true, else the third; all broadcast.
+    Where(NodeId, NodeId, NodeId),
     /// The input seen through a strided view of its row-major index space: no data moves.
     View(View, NodeId),
     /// The inputs joined along an axis; each consumer picks the right input per element.
@@ -45,8 +54,11 @@ impl Op {
     /// The nodes this op reads.
     pub fn inputs(&self) -> SmallVec<[NodeId; 4]> {
         match self {
-            Op::Data(_) | Op::Const(_) | Op::Buffer => SmallVec::new(),
-            Op::Unary(_, a) | Op::View(_, a) | Op::Contiguous(a) | Op::Reduce(_, a, _) => smallvec::smallvec![*a],
+            Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer => SmallVec::new(),
+            Op::Unary(_, a) | Op::Cast(a) | Op::View(_, a) | Op::Contiguous(a) | Op::Reduce(_, a, _) => {
+                smallvec::smallvec![*a]
+            }
+            Op::Where(c, a, b) => smallvec::smallvec![*c, *a, *b],
             Op::Binary(_, a, b) | Op::Matmul(a, b) => smallvec::smallvec![*a, *b],
             Op::Cat(parts, _) => parts.clone(),
         }
@@ -54,7 +66,7 @@ impl Op {
 
     /// Whether the op is evaluated inside a kernel (as opposed to being a buffer or a constant).
     pub fn is_compute(&self) -> bool {
-        !matches!(self, Op::Data(_) | Op::Const(_) | Op::Buffer)
+        !matches!(self, Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer)
     }
 }
 
@@ -166,7 +178,7 @@ mod tests {
     use super::*;
 
     fn leaf(g: &mut Graph, n: usize) -> NodeId {
-        g.add(Op::Data(vec![0.0; n]), Shape::from([n]), DType::F32)
+        g.add(Op::Data(vec![0; n]), Shape::from([n]), DType::F32)
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! Sizes, strides, offsets and constants live in the kernel's parameter block; the instructions only index it, so
 //! the same structure at another size compiles to the same code.
 
+use crate::dtype::DType;
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::shape::Shape;
 
@@ -154,10 +155,20 @@ pub enum Instr {
         view: Option<ViewRef>,
         access: Access,
     },
-    /// The `f32` parameter at `Kernel::params[i]`.
+    /// The parameter at `Kernel::params[i]`: a lane of the instruction's type.
     Scalar(usize),
     Unary(UnaryOp, usize),
+    /// Both operands are lanes of one class; a comparison gives a bool lane, anything else the instruction's type.
     Binary(BinaryOp, usize, usize),
+    /// Instruction `a`'s value converted to this instruction's type ([`DType::cast_lane`]).
+    Cast(usize),
+    /// Per element, the second operand where the first (a bool lane) is 1, else the third.
+    Select(usize, usize, usize),
+    /// The element index (an i32 lane) that a view computes at the kernel's coordinates, or the kernel's own
+    /// index: an arange read through that view.
+    Index {
+        view: Option<ViewRef>,
+    },
     /// In a reduce kernel's epilogue: the folded value.
     Reduced,
     /// In a rows kernel: the result of its `n`th fold phase, the same for the whole row.
@@ -179,9 +190,15 @@ pub struct Kernel {
     pub shape: Shape,
     /// Plan slots read, in binding order, each with whether every load of it is a whole 16-byte vector.
     pub inputs: Vec<(usize, bool)>,
+    /// The element type of each input.
+    pub in_types: Vec<DType>,
     /// Plan slots written, each with the instruction holding its value.
     pub outputs: Vec<(usize, usize)>,
+    /// The element type each output is stored as.
+    pub out_types: Vec<DType>,
     pub body: Vec<Instr>,
+    /// The type of each instruction's value: f16 and bf16 values are rounded to their type as they are computed.
+    pub types: Vec<DType>,
     /// Coordinate frames beyond the kernel's own (frame 0).
     pub frames: Vec<Frame>,
     /// The parameter block, as `u32` words: `numel` first, then whatever the instructions index. Values, not

@@ -20,9 +20,11 @@
 
 mod backend;
 mod codegen;
+mod compare;
 mod device;
 mod dim;
 mod dtype;
+mod element;
 mod env;
 mod error;
 mod graph;
@@ -42,10 +44,14 @@ mod tensor;
 mod view;
 mod views;
 
+pub use compare::Operand;
 pub use device::Device;
 pub use dim::Dim;
 pub use dtype::DType;
+pub use element::Element;
 pub use error::{Error, Result};
+/// The `half` crate, whose `f16` and `bf16` are lazor's 16-bit element types.
+pub use half;
 pub use shape::Shape;
 pub use stats::Stats;
 pub use tensor::{realize, to_vecs, Tensor};

@@ -57,9 +57,18 @@ impl Tensor {
                 });
             }
         }
+        // Float operands of one type: products and sums in f32, rounded once to that type.
+        let dt = self.dtype.promote(rhs.dtype).filter(|d| d.is_float()).ok_or_else(|| Error::DType {
+            op: "matmul",
+            message: format!(
+                "operands are {} and {}; matmul takes float tensors (cast with to_dtype)",
+                self.dtype, rhs.dtype
+            ),
+        })?;
+        let (x, y) = (self.cast_to(dt), rhs.cast_to(dt));
         // Vectors become matrices of one row (left) or one column (right), dropped from the result again.
-        let a = if self.ndim() == 1 { self.unsqueeze(0) } else { self.clone() };
-        let b = if rhs.ndim() == 1 { rhs.unsqueeze(1) } else { rhs.clone() };
+        let a = if x.ndim() == 1 { x.unsqueeze(0) } else { x.clone() };
+        let b = if y.ndim() == 1 { y.unsqueeze(1) } else { y.clone() };
         let (da, db) = (a.shape.dims(), b.shape.dims());
         let (m, k) = (da[da.len() - 2], da[da.len() - 1]);
         let (kb, n) = (db[db.len() - 2], db[db.len() - 1]);
@@ -80,12 +89,12 @@ impl Tensor {
         let product = if batch_b.numel() == 1 && batch.ndim() > 0 && a.is_contiguous() && batch_a == batch {
             let flat = a.reshape([batch.numel() * m, k]);
             let b2 = b.reshape([k, n]);
-            Tensor::from_op(&self.device, Op::Matmul(flat.id, b2.id), Shape::from([batch.numel() * m, n]))
+            Tensor::from_op(&self.device, Op::Matmul(flat.id, b2.id), Shape::from([batch.numel() * m, n]), dt)
                 .reshape(with([m, n]))
         } else {
             let a = a.expand(with([m, k]));
             let b = b.expand(with([k, n]));
-            Tensor::from_op(&self.device, Op::Matmul(a.id, b.id), with([m, n]))
+            Tensor::from_op(&self.device, Op::Matmul(a.id, b.id), with([m, n]), dt)
         };
         let mut out = product;
         if rhs.ndim() == 1 {

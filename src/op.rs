@@ -1,8 +1,12 @@
 //! The op table: every elementwise op once, with its name, arity, WGSL spelling, helpers and meaning.
 //!
-//! Each row is the whole definition of an op. The reference interpreter and the CPU side of the tests evaluate
-//! `eval`; codegen spells `wgsl` (`{a}`, `{b}` are the operands, `{ty}` their WGSL type, `{v}` is `4` in vectorized
-//! kernels so helpers pick their vector form); `helpers` lists the WGSL helper functions the spelling calls.
+//! Each row is the whole definition of an op, per class of element type it is defined on (float, int, bool). The
+//! reference interpreter evaluates `eval_lane`, the CPU backend the slice loops; codegen spells `wgsl` (`{a}`,
+//! `{b}` are the operands, `{ty}` their WGSL type, `{v}` is `4` in vectorized kernels so helpers pick their vector
+//! form); `helpers` lists the WGSL helper functions the spelling calls.
+
+pub use crate::dtype::Class;
+use crate::dtype::DType;
 
 /// WGSL helper functions an op's spelling may call. Their source lives in codegen; the table only names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -15,25 +19,103 @@ pub enum Helper {
     Min,
     /// `lz_pow`: Rust's `powf`.
     Pow,
+    /// `lz_f16`: an f32 rounded to the nearest f16 value (ties to even), as an f32.
+    RoundF16,
+    /// `lz_bf16`: an f32 rounded to the nearest bf16 value (ties to even), as an f32.
+    RoundBf16,
+    /// `lz_f2i`: f32 to i32 as Rust's `as` (truncating, saturating, NaN to 0).
+    F2I,
+    /// `lz_f2u`: f32 to u32 as Rust's `as`.
+    F2U,
+    /// `lz_h`: the f16 bits of an f32 that holds an f16 value.
+    HalfBits,
 }
 
 /// `sqrt(2 / pi)`, the GELU tanh approximation's constant.
 const GELU_C: f32 = 0.797_884_6;
 
+/// Integer lane arithmetic shared by `i32` and `u32`, where Rust's own methods differ or leave a case open.
+pub trait IntLane: Copy + Ord {
+    /// `self / b` truncating toward zero, wrapping (`i32::MIN / -1` is `i32::MIN`); `a / 0` is `a`, as WGSL
+    /// defines it, so every backend gives it without a branch of its own.
+    fn div_w(self, b: Self) -> Self;
+    /// The remainder of [`IntLane::div_w`], with the dividend's sign; `a % 0` is 0.
+    fn rem_w(self, b: Self) -> Self;
+    /// `|self|`, wrapping (`i32::MIN` stays `i32::MIN`).
+    fn abs_w(self) -> Self;
+    /// `max(self, 0)`.
+    fn relu_w(self) -> Self;
+}
+
+impl IntLane for i32 {
+    #[inline]
+    fn div_w(self, b: i32) -> i32 {
+        if b == 0 {
+            self
+        } else {
+            self.wrapping_div(b)
+        }
+    }
+    #[inline]
+    fn rem_w(self, b: i32) -> i32 {
+        if b == 0 {
+            0
+        } else {
+            self.wrapping_rem(b)
+        }
+    }
+    #[inline]
+    fn abs_w(self) -> i32 {
+        self.wrapping_abs()
+    }
+    #[inline]
+    fn relu_w(self) -> i32 {
+        self.max(0)
+    }
+}
+
+impl IntLane for u32 {
+    #[inline]
+    fn div_w(self, b: u32) -> u32 {
+        self.checked_div(b).unwrap_or(self)
+    }
+    #[inline]
+    fn rem_w(self, b: u32) -> u32 {
+        self.checked_rem(b).unwrap_or(0)
+    }
+    #[inline]
+    fn abs_w(self) -> u32 {
+        self
+    }
+    #[inline]
+    fn relu_w(self) -> u32 {
+        self
+    }
+}
+
+/// Rows name the classes they are defined on (see [`Class`]): `@float` (WGSL spelling, helpers, f32 semantics),
+/// `int` (spelling and semantics, written once for i32 and u32) and `bool` (on 0/1 lanes). An op without a column
+/// is not defined there; the API casts or reports an error first. Comparisons are defined everywhere and give
+/// bool lanes.
 macro_rules! op_table {
     (
         unary { $( $(#[$udoc:meta])* $U:ident $uname:literal
-            wgsl $uw:literal needs [$($uh:ident),*] eval |$x:ident| $ue:expr; )* }
+            $(@float $uw:literal needs [$($uh:ident),*] |$x:ident| $ue:expr;)?
+            $(@int $uiw:literal |$ix:ident| $uie:expr;)?
+            $(@bool $ubw:literal |$bx:ident| $ube:expr;)? )* }
         binary { $( $(#[$bdoc:meta])* $B:ident $bname:literal
-            wgsl $bw:literal needs [$($bh:ident),*] eval |$a:ident, $b:ident| $be:expr; )* }
+            $(@float $bw:literal needs [$($bh:ident),*] |$a:ident, $b:ident| $be:expr;)?
+            $(@int $biw:literal |$ia:ident, $ib:ident| $bie:expr;)?
+            $(@bool $bbw:literal |$ba:ident, $bb:ident| $bbe:expr;)? )* }
+        compare { $( $(#[$cdoc:meta])* $C:ident $cname:literal $cw:literal |$ca:ident, $cb:ident| $ce:expr; )* }
     ) => {
         /// Elementwise operations of one operand.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum UnaryOp { $( $(#[$udoc])* $U, )* }
 
-        /// Elementwise operations of two operands, broadcast by NumPy's rule.
+        /// Elementwise operations of two operands of one type, broadcast by NumPy's rule. Comparisons give bools.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum BinaryOp { $( $(#[$bdoc])* $B, )* }
+        pub enum BinaryOp { $( $(#[$bdoc])* $B, )* $( $(#[$cdoc])* $C, )* }
 
         impl UnaryOp {
             /// Every unary op, for tests that sweep the op set.
@@ -44,102 +126,300 @@ macro_rules! op_table {
                 match self { $(UnaryOp::$U => $uname,)* }
             }
 
-            /// The WGSL spelling, a template over `{a}`, `{ty}` and `{v}`.
-            pub fn wgsl(self) -> &'static str {
-                match self { $(UnaryOp::$U => $uw,)* }
+            /// Whether the op is defined on values of `class`.
+            pub fn supports(self, class: Class) -> bool {
+                match self { $(UnaryOp::$U => match class {
+                    Class::Float => false $(|| { let _ = $uw; true })?,
+                    Class::Int | Class::Uint => false $(|| { let _ = $uiw; true })?,
+                    Class::Bool => false $(|| { let _ = $ubw; true })?,
+                },)* }
             }
 
-            /// The helpers the WGSL spelling calls.
+            /// The WGSL spelling on `class`, a template over `{a}`, `{ty}` and `{v}`.
+            pub fn wgsl(self, class: Class) -> &'static str {
+                match self { $(UnaryOp::$U => {
+                    $(if class == Class::Float { return $uw; })?
+                    $(if matches!(class, Class::Int | Class::Uint) { return $uiw; })?
+                    $(if class == Class::Bool { return $ubw; })?
+                    unreachable!("{} on {class:?}", $uname)
+                })* }
+            }
+
+            /// The helpers the float spelling calls.
             pub fn helpers(self) -> &'static [Helper] {
-                match self { $(UnaryOp::$U => &[$(Helper::$uh),*],)* }
+                match self { $(UnaryOp::$U => &[$($(Helper::$uh),*)?],)* }
             }
 
             /// The op's value at `x`: the definition every backend must match.
             #[inline]
+            #[allow(unreachable_code)]
             pub fn eval(self, x: f32) -> f32 {
-                match self { $(UnaryOp::$U => (|$x: f32| $ue)(x),)* }
+                match self { $(UnaryOp::$U => { $(return (|$x: f32| $ue)(x);)? unreachable!("{} on f32", $uname) })* }
             }
 
             /// `eval` over a slice: one loop per op, which the compiler vectorizes (the CPU backend's kernel body).
             /// Always inlined, so a caller compiled for wider vectors gets wider loops.
             #[inline(always)]
             pub fn eval_slice(self, a: &[f32], out: &mut [f32]) {
-                match self { $(UnaryOp::$U => for (o, &$x) in out.iter_mut().zip(a) { *o = $ue; },)* }
+                match self {
+                    $(UnaryOp::$U => { $(for (o, &$x) in out.iter_mut().zip(a) { *o = $ue; } return;)? })*
+                }
+                unreachable!("{} on f32", self.name())
+            }
+
+            /// The op on integer lanes of type `T` (i32 or u32) or, for `bool`, on 0/1 lanes; the CPU backend's
+            /// integer loop.
+            #[inline(always)]
+            pub fn eval_int_slice<T: IntLane + IntBits>(self, bool: bool, a: &[T], out: &mut [T]) {
+                match self {
+                    $(UnaryOp::$U => {
+                        $(if bool {
+                            let _ = $ubw;
+                            for (o, &v) in out.iter_mut().zip(a) { let $bx = v.to_u32(); *o = T::from_u32($ube); }
+                            return;
+                        })?
+                        $(let _ = $uiw; for (o, &$ix) in out.iter_mut().zip(a) { *o = $uie; } return;)?
+                    })*
+                }
+                #[allow(unreachable_code)]
+                { unreachable!("{} on integers", self.name()) }
+            }
+
+            /// The op on one lane of dtype `dt` (the reference interpreter's definition), rounded to `dt`.
+            pub fn eval_lane(self, dt: DType, x: u32) -> u32 {
+                let mut out = [0u32];
+                match dt.class() {
+                    Class::Float => return dt.round(self.eval(f32::from_bits(x))).to_bits(),
+                    Class::Int => self.eval_int_slice::<i32>(false, &[x as i32], bytemuck::cast_slice_mut(&mut out)),
+                    Class::Uint => self.eval_int_slice::<u32>(false, &[x], &mut out),
+                    Class::Bool => self.eval_int_slice::<u32>(true, &[x], &mut out),
+                }
+                out[0]
             }
         }
 
         impl BinaryOp {
             /// Every binary op, for tests that sweep the op set.
-            pub const ALL: [BinaryOp; [$(stringify!($B)),*].len()] = [$(BinaryOp::$B),*];
+            pub const ALL: [BinaryOp; [$(stringify!($B)),* $(,stringify!($C))*].len()] =
+                [$(BinaryOp::$B,)* $(BinaryOp::$C,)*];
 
             /// The method name users call.
             pub fn name(self) -> &'static str {
-                match self { $(BinaryOp::$B => $bname,)* }
+                match self { $(BinaryOp::$B => $bname,)* $(BinaryOp::$C => $cname,)* }
             }
 
-            /// The WGSL spelling, a template over `{a}`, `{b}`, `{ty}` and `{v}`.
-            pub fn wgsl(self) -> &'static str {
-                match self { $(BinaryOp::$B => $bw,)* }
+            /// Whether the op compares, giving bools.
+            pub fn is_compare(self) -> bool {
+                match self { $(BinaryOp::$B => false,)* $(BinaryOp::$C => true,)* }
             }
 
-            /// The helpers the WGSL spelling calls.
+            /// Whether the op is defined on operands of `class`.
+            pub fn supports(self, class: Class) -> bool {
+                match self {
+                    $(BinaryOp::$B => match class {
+                        Class::Float => false $(|| { let _ = $bw; true })?,
+                        Class::Int | Class::Uint => false $(|| { let _ = $biw; true })?,
+                        Class::Bool => false $(|| { let _ = $bbw; true })?,
+                    },)*
+                    $(BinaryOp::$C => true,)*
+                }
+            }
+
+            /// The WGSL spelling on `class`, a template over `{a}`, `{b}`, `{ty}` and `{v}`. A comparison's
+            /// spelling is the `bool` condition; codegen turns it into a 0/1 lane.
+            pub fn wgsl(self, class: Class) -> &'static str {
+                match self {
+                    $(BinaryOp::$B => {
+                        $(if class == Class::Float { return $bw; })?
+                        $(if matches!(class, Class::Int | Class::Uint) { return $biw; })?
+                        $(if class == Class::Bool { return $bbw; })?
+                        unreachable!("{} on {class:?}", $bname)
+                    })*
+                    $(BinaryOp::$C => $cw,)*
+                }
+            }
+
+            /// The helpers the float spelling calls.
             pub fn helpers(self) -> &'static [Helper] {
-                match self { $(BinaryOp::$B => &[$(Helper::$bh),*],)* }
+                match self { $(BinaryOp::$B => &[$($(Helper::$bh),*)?],)* $(BinaryOp::$C => &[Helper::IsNan],)* }
             }
 
-            /// The op's value at `(a, b)`: the definition every backend must match.
+            /// The op's value at `(a, b)` on f32 (a comparison gives 1.0 or 0.0): the definition every backend must
+            /// match.
             #[inline]
+            #[allow(unreachable_code)]
             pub fn eval(self, a: f32, b: f32) -> f32 {
-                match self { $(BinaryOp::$B => (|$a: f32, $b: f32| $be)(a, b),)* }
+                match self {
+                    $(BinaryOp::$B => { $(return (|$a: f32, $b: f32| $be)(a, b);)? unreachable!("{} on f32", $bname) })*
+                    $(BinaryOp::$C => ((|$ca: f32, $cb: f32| $ce)(a, b)) as u32 as f32,)*
+                }
             }
 
             /// `eval` over slices: one loop per op, which the compiler vectorizes (the CPU backend's kernel body).
-            /// Always inlined, so a caller compiled for wider vectors gets wider loops.
+            /// Always inlined, so a caller compiled for wider vectors gets wider loops. Not for comparisons.
             #[inline(always)]
             pub fn eval_slice(self, a: &[f32], b: &[f32], out: &mut [f32]) {
                 match self {
-                    $(BinaryOp::$B => for ((o, &$a), &$b) in out.iter_mut().zip(a).zip(b) { *o = $be; },)*
+                    $(BinaryOp::$B => {
+                        $(for ((o, &$a), &$b) in out.iter_mut().zip(a).zip(b) { *o = $be; } return;)?
+                    })*
+                    $(BinaryOp::$C => {})*
                 }
+                unreachable!("{} on f32", self.name())
+            }
+
+            /// The op on integer lanes of type `T` or, for `bool`, on 0/1 lanes. Not for comparisons.
+            #[inline(always)]
+            pub fn eval_int_slice<T: IntLane + IntBits>(self, bool: bool, a: &[T], b: &[T], out: &mut [T]) {
+                match self {
+                    $(BinaryOp::$B => {
+                        $(if bool {
+                            let _ = $bbw;
+                            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                                let ($ba, $bb) = (x.to_u32(), y.to_u32());
+                                *o = T::from_u32($bbe);
+                            }
+                            return;
+                        })?
+                        $(let _ = $biw; for ((o, &$ia), &$ib) in out.iter_mut().zip(a).zip(b) { *o = $bie; } return;)?
+                    })*
+                    $(BinaryOp::$C => {})*
+                }
+                #[allow(unreachable_code)]
+                { unreachable!("{} on integers", self.name()) }
+            }
+
+            /// A comparison over slices of any lane type, giving 0/1 lanes.
+            #[inline(always)]
+            pub fn compare_slice<T: PartialOrd + Copy>(self, a: &[T], b: &[T], out: &mut [u32]) {
+                match self {
+                    $(BinaryOp::$C => for ((o, &$ca), &$cb) in out.iter_mut().zip(a).zip(b) { *o = ($ce) as u32; },)*
+                    $(BinaryOp::$B => unreachable!("{} is not a comparison", $bname),)*
+                }
+            }
+
+            /// The op on lanes of dtype `dt` (the reference interpreter's definition): rounded to `dt`, or a 0/1
+            /// lane for a comparison.
+            pub fn eval_lane(self, dt: DType, a: u32, b: u32) -> u32 {
+                let mut out = [0u32];
+                if self.is_compare() {
+                    match dt.class() {
+                        Class::Float => self.compare_slice(&[f32::from_bits(a)], &[f32::from_bits(b)], &mut out),
+                        Class::Int => self.compare_slice(&[a as i32], &[b as i32], &mut out),
+                        Class::Uint | Class::Bool => self.compare_slice(&[a], &[b], &mut out),
+                    }
+                    return out[0];
+                }
+                match dt.class() {
+                    Class::Float => return dt.round(self.eval(f32::from_bits(a), f32::from_bits(b))).to_bits(),
+                    Class::Int => {
+                        self.eval_int_slice::<i32>(false, &[a as i32], &[b as i32], bytemuck::cast_slice_mut(&mut out))
+                    }
+                    Class::Uint => self.eval_int_slice::<u32>(false, &[a], &[b], &mut out),
+                    Class::Bool => self.eval_int_slice::<u32>(true, &[a], &[b], &mut out),
+                }
+                out[0]
             }
         }
     };
 }
 
+/// Integer lanes as raw `u32` bits, for the bool column (0/1 lanes of either integer type).
+pub trait IntBits: Copy {
+    /// The lane's bits.
+    fn to_u32(self) -> u32;
+    /// A lane of these bits.
+    fn from_u32(v: u32) -> Self;
+}
+
+impl IntBits for i32 {
+    #[inline]
+    fn to_u32(self) -> u32 {
+        self as u32
+    }
+    #[inline]
+    fn from_u32(v: u32) -> i32 {
+        v as i32
+    }
+}
+
+impl IntBits for u32 {
+    #[inline]
+    fn to_u32(self) -> u32 {
+        self
+    }
+    #[inline]
+    fn from_u32(v: u32) -> u32 {
+        v
+    }
+}
+
 op_table! {
     unary {
-        Neg "neg" wgsl "-{a}" needs [] eval |x| -x;
-        Exp "exp" wgsl "exp({a})" needs [] eval |x| x.exp();
-        Ln "ln" wgsl "log({a})" needs [] eval |x| x.ln();
-        Sqrt "sqrt" wgsl "sqrt({a})" needs [] eval |x| x.sqrt();
+        Neg "neg"
+            @float "-{a}" needs [] |x| -x;
+            @int "{ty}(0) - {a}" |x| T::from_u32(0u32.wrapping_sub(x.to_u32()));
+        Exp "exp" @float "exp({a})" needs [] |x| x.exp();
+        Ln "ln" @float "log({a})" needs [] |x| x.ln();
+        Sqrt "sqrt" @float "sqrt({a})" needs [] |x| x.sqrt();
         // `inverseSqrt` is undefined at 0 and below; this keeps 1/sqrt(0) = inf and NaN for negatives.
-        Rsqrt "rsqrt" wgsl "1.0 / sqrt({a})" needs [] eval |x| 1.0 / x.sqrt();
-        Abs "abs" wgsl "abs({a})" needs [] eval |x| x.abs();
+        Rsqrt "rsqrt" @float "1.0 / sqrt({a})" needs [] |x| 1.0 / x.sqrt();
+        Abs "abs" @float "abs({a})" needs [] |x| x.abs(); @int "abs({a})" |x| x.abs_w();
         // Not `select(a, 0, a < 0)`: NVIDIA's compiler turns that into a max that drops NaN.
-        Relu "relu" wgsl "select(max({a}, {ty}(0.0)), {a}, lz_isnan{v}({a}))" needs [IsNan]
-            eval |x| if x < 0.0 { 0.0 } else { x };
-        Sigmoid "sigmoid" wgsl "1.0 / (1.0 + exp(-{a}))" needs [] eval |x| 1.0 / (1.0 + (-x).exp());
-        Tanh "tanh" wgsl "tanh({a})" needs [] eval |x| x.tanh();
-        Sin "sin" wgsl "sin({a})" needs [] eval |x| x.sin();
-        Cos "cos" wgsl "cos({a})" needs [] eval |x| x.cos();
-        Recip "recip" wgsl "1.0 / {a}" needs [] eval |x| 1.0 / x;
-        Square "square" wgsl "{a} * {a}" needs [] eval |x| x * x;
-        Gelu "gelu" wgsl "0.5 * {a} * (1.0 + tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a})))"
-            needs [] eval |x| 0.5 * x * (1.0 + (GELU_C * (x + 0.044715 * x * x * x)).tanh());
-        Silu "silu" wgsl "{a} / (1.0 + exp(-{a}))" needs [] eval |x| x / (1.0 + (-x).exp());
+        Relu "relu"
+            @float "select(max({a}, {ty}(0.0)), {a}, lz_isnan{v}({a}))" needs [IsNan] |x| if x < 0.0 { 0.0 } else { x };
+            @int "max({a}, {ty}(0))" |x| x.relu_w();
+        Sigmoid "sigmoid" @float "1.0 / (1.0 + exp(-{a}))" needs [] |x| 1.0 / (1.0 + (-x).exp());
+        Tanh "tanh" @float "tanh({a})" needs [] |x| x.tanh();
+        Sin "sin" @float "sin({a})" needs [] |x| x.sin();
+        Cos "cos" @float "cos({a})" needs [] |x| x.cos();
+        Recip "recip" @float "1.0 / {a}" needs [] |x| 1.0 / x;
+        Square "square"
+            @float "{a} * {a}" needs [] |x| x * x;
+            @int "{a} * {a}" |x| T::from_u32(x.to_u32().wrapping_mul(x.to_u32()));
+        Gelu "gelu" @float "0.5 * {a} * (1.0 + tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a})))"
+            needs [] |x| 0.5 * x * (1.0 + (GELU_C * (x + 0.044715 * x * x * x)).tanh());
+        Silu "silu" @float "{a} / (1.0 + exp(-{a}))" needs [] |x| x / (1.0 + (-x).exp());
+        /// Logical not of bools, bitwise not of integers.
+        Not "not" @int "~{a}" |x| T::from_u32(!x.to_u32()); @bool "{a} ^ {ty}(1u)" |x| x ^ 1;
     }
     binary {
-        Add "add" wgsl "{a} + {b}" needs [] eval |a, b| a + b;
-        Sub "sub" wgsl "{a} - {b}" needs [] eval |a, b| a - b;
-        Mul "mul" wgsl "{a} * {b}" needs [] eval |a, b| a * b;
-        Div "div" wgsl "{a} / {b}" needs [] eval |a, b| a / b;
+        // Integer add, sub and mul wrap; on two's complement bits they are the same for i32 and u32.
+        Add "add" @float "{a} + {b}" needs [] |a, b| a + b;
+            @int "{a} + {b}" |a, b| T::from_u32(a.to_u32().wrapping_add(b.to_u32()));
+        Sub "sub" @float "{a} - {b}" needs [] |a, b| a - b;
+            @int "{a} - {b}" |a, b| T::from_u32(a.to_u32().wrapping_sub(b.to_u32()));
+        Mul "mul" @float "{a} * {b}" needs [] |a, b| a * b;
+            @int "{a} * {b}" |a, b| T::from_u32(a.to_u32().wrapping_mul(b.to_u32()));
+        /// Integers: truncating toward zero, `a / 0 = a` and `i32::MIN / -1 = i32::MIN` (WGSL's definition).
+        Div "div" @float "{a} / {b}" needs [] |a, b| a / b; @int "{a} / {b}" |a, b| a.div_w(b);
+        /// Integers only: the remainder of truncating division (sign of `a`), `a % 0 = 0`.
+        Rem "rem" @int "{a} % {b}" |a, b| a.rem_w(b);
         /// NaN-propagating maximum (as `numpy.maximum`).
-        Max "maximum" wgsl "lz_max{v}({a}, {b})" needs [IsNan, Max]
-            eval |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) };
+        Max "maximum" @float "lz_max{v}({a}, {b})" needs [IsNan, Max]
+            |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) };
+            @int "max({a}, {b})" |a, b| a.max(b); @bool "max({a}, {b})" |a, b| a.max(b);
         /// NaN-propagating minimum (as `numpy.minimum`).
-        Min "minimum" wgsl "lz_min{v}({a}, {b})" needs [IsNan, Min]
-            eval |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) };
+        Min "minimum" @float "lz_min{v}({a}, {b})" needs [IsNan, Min]
+            |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) };
+            @int "min({a}, {b})" |a, b| a.min(b); @bool "min({a}, {b})" |a, b| a.min(b);
         /// `a.powf(b)`, with Rust's rules for negative bases and integer exponents.
-        Pow "powf" wgsl "lz_pow{v}({a}, {b})" needs [IsNan, Pow] eval |a, b| a.powf(b);
+        Pow "powf" @float "lz_pow{v}({a}, {b})" needs [IsNan, Pow] |a, b| a.powf(b);
+        /// Bitwise (logical on bools).
+        And "bitand" @int "{a} & {b}" |a, b| T::from_u32(a.to_u32() & b.to_u32()); @bool "{a} & {b}" |a, b| a & b;
+        /// Bitwise (logical on bools).
+        Or "bitor" @int "{a} | {b}" |a, b| T::from_u32(a.to_u32() | b.to_u32()); @bool "{a} | {b}" |a, b| a | b;
+        /// Bitwise (logical on bools).
+        Xor "bitxor" @int "{a} ^ {b}" |a, b| T::from_u32(a.to_u32() ^ b.to_u32()); @bool "{a} ^ {b}" |a, b| a ^ b;
+    }
+    compare {
+        // IEEE: every comparison with NaN is false except `!=`.
+        Lt "lt" "{a} < {b}" |a, b| a < b;
+        Le "le" "{a} <= {b}" |a, b| a <= b;
+        Gt "gt" "{a} > {b}" |a, b| a > b;
+        Ge "ge" "{a} >= {b}" |a, b| a >= b;
+        Eq "eq" "{a} == {b}" |a, b| a == b;
+        Ne "ne" "{a} != {b}" |a, b| a != b;
     }
 }
 
@@ -175,6 +455,20 @@ impl ReduceOp {
             ReduceOp::Prod => 1.0,
             ReduceOp::Max => f32::NEG_INFINITY,
             ReduceOp::Min => f32::INFINITY,
+        }
+    }
+
+    /// The identity as a lane of dtype `dt`: the extreme values of integers for max and min.
+    pub fn identity_lane(self, dt: DType) -> u32 {
+        match (dt.class(), self) {
+            (Class::Float, _) => self.identity().to_bits(),
+            (_, ReduceOp::Sum) => 0,
+            (_, ReduceOp::Prod) => 1,
+            (Class::Int, ReduceOp::Max) => i32::MIN as u32,
+            (Class::Int, ReduceOp::Min) => i32::MAX as u32,
+            (_, ReduceOp::Max) => 0,
+            (Class::Bool, ReduceOp::Min) => 1,
+            (_, ReduceOp::Min) => u32::MAX,
         }
     }
 

@@ -1,19 +1,40 @@
-//! The user-facing math: operator overloads (one macro for all of them) and the elementwise methods.
+//! The user-facing math: operator overloads (one macro for all of them), the elementwise methods, and the rules
+//! that pick the type each op computes in.
 
+use crate::dtype::{Class, DType, Scalar};
 use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::op::{BinaryOp, UnaryOp};
 use crate::tensor::Tensor;
 use std::borrow::Borrow;
-use std::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
+use std::ops::{Add, AddAssign, BitAnd, BitOr, BitXor, Div, DivAssign, Mul, MulAssign, Neg, Not, Rem, Sub, SubAssign};
+
+#[track_caller]
+pub(crate) fn ok(r: Result<Tensor>) -> Tensor {
+    match r {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    }
+}
 
 impl Tensor {
-    /// A scalar constant on this tensor's device, to broadcast against it.
-    fn constant(&self, value: f32) -> Tensor {
-        Tensor::full_on([], value, &self.device)
+    /// The Rust number `value` as a tensor of shape `[]` on this tensor's device, of the type it computes in with
+    /// this tensor ([`Scalar::with`]).
+    pub(crate) fn constant(&self, value: impl Into<Scalar>) -> Tensor {
+        let v = value.into();
+        let dt = v.with(self.dtype);
+        Tensor::full_lane([], dt.lane_of(v), dt, &self.device)
     }
 
-    /// `op(self, rhs)` with broadcasting; the shape rule lives here and nowhere else.
+    /// This tensor as `dt`: itself when it already is, else a cast node (which fuses into its consumers).
+    pub(crate) fn cast_to(&self, dt: DType) -> Tensor {
+        if self.dtype == dt {
+            return self.clone();
+        }
+        Tensor::from_op(&self.device, Op::Cast(self.id), self.shape.clone(), dt)
+    }
+
+    /// `op(self, rhs)` with broadcasting and type promotion; the shape and type rules live here and nowhere else.
     pub(crate) fn try_binary(&self, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
         self.device.check_same(&rhs.device, op.name())?;
         let shape = self.shape.broadcast(&rhs.shape).ok_or_else(|| Error::Broadcast {
@@ -21,42 +42,63 @@ impl Tensor {
             lhs: self.shape.clone(),
             rhs: rhs.shape.clone(),
         })?;
-        Ok(Tensor::from_op(&self.device, Op::Binary(op, self.id, rhs.id), shape))
+        let mut dt = self.dtype.promote(rhs.dtype).ok_or_else(|| Error::DType {
+            op: op.name(),
+            message: format!("{} and {} have no common type; cast one with to_dtype", self.dtype, rhs.dtype),
+        })?;
+        // Float-only math on integers computes in f32, as PyTorch's true division and pow do.
+        if !op.supports(dt.class()) && op.supports(Class::Float) && dt.class() != Class::Bool {
+            dt = DType::F32;
+        }
+        if !op.supports(dt.class()) {
+            return Err(Error::DType { op: op.name(), message: format!("not defined on {dt} tensors") });
+        }
+        let out = if op.is_compare() { DType::Bool } else { dt };
+        let (a, b) = (self.cast_to(dt), rhs.cast_to(dt));
+        Ok(Tensor::from_op(&self.device, Op::Binary(op, a.id, b.id), shape, out))
     }
 
     #[track_caller]
     pub(crate) fn binary(&self, op: BinaryOp, rhs: &Tensor) -> Tensor {
-        match self.try_binary(op, rhs) {
-            Ok(t) => t,
-            Err(e) => panic!("{e}"),
-        }
+        ok(self.try_binary(op, rhs))
     }
 
+    /// `op(self)`: on its own type where the op is defined there, else in f32 (float math on integers and bools).
+    pub(crate) fn try_unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let class = self.dtype.class();
+        let dt = if op.supports(class) {
+            self.dtype
+        } else if op.supports(Class::Float) {
+            DType::F32
+        } else {
+            return Err(Error::DType { op: op.name(), message: format!("not defined on {} tensors", self.dtype) });
+        };
+        let x = self.cast_to(dt);
+        Ok(Tensor::from_op(&self.device, Op::Unary(op, x.id), self.shape.clone(), dt))
+    }
+
+    #[track_caller]
     fn unary(&self, op: UnaryOp) -> Tensor {
-        Tensor::from_op(&self.device, Op::Unary(op, self.id), self.shape.clone())
+        ok(self.try_unary(op))
     }
 }
 
-/// Generates, for each operator, every pairing of `Tensor`, `&Tensor` and `f32`, and the assigning forms.
-/// No closures in the bodies: they would hide the caller's line from `#[track_caller]`.
+/// Generates, for each operator, every pairing of `Tensor`, `&Tensor` and the Rust scalars `f32`, `i32` and
+/// `u32` (either side), and the assigning forms. No closures in the bodies: they would hide the caller's line from
+/// `#[track_caller]`.
 macro_rules! binary_operators {
-    ($($Trait:ident $method:ident $Assign:ident $assign:ident $op:ident;)*) => {$(
+    ($($Trait:ident $method:ident $op:ident;)*) => {$(
         binary_operators!(@tensors $Trait $method $op, Tensor, Tensor);
         binary_operators!(@tensors $Trait $method $op, Tensor, &Tensor);
         binary_operators!(@tensors $Trait $method $op, &Tensor, Tensor);
         binary_operators!(@tensors $Trait $method $op, &Tensor, &Tensor);
-        binary_operators!(@scalar_right $Trait $method $op, Tensor);
-        binary_operators!(@scalar_right $Trait $method $op, &Tensor);
-        binary_operators!(@scalar_left $Trait $method $op, Tensor);
-        binary_operators!(@scalar_left $Trait $method $op, &Tensor);
-        binary_operators!(@assign $Assign $assign $op, Tensor);
-        binary_operators!(@assign $Assign $assign $op, &Tensor);
-        impl $Assign<f32> for Tensor {
-            #[track_caller]
-            fn $assign(&mut self, rhs: f32) {
-                *self = self.binary(BinaryOp::$op, &self.constant(rhs));
-            }
-        }
+        binary_operators!(@scalars $Trait $method $op, f32 i32 u32);
+    )*};
+    (@scalars $Trait:ident $method:ident $op:ident, $($S:ty)*) => {$(
+        binary_operators!(@scalar_right $Trait $method $op, Tensor, $S);
+        binary_operators!(@scalar_right $Trait $method $op, &Tensor, $S);
+        binary_operators!(@scalar_left $Trait $method $op, Tensor, $S);
+        binary_operators!(@scalar_left $Trait $method $op, &Tensor, $S);
     )*};
     (@tensors $Trait:ident $method:ident $op:ident, $Lhs:ty, $Rhs:ty) => {
         impl $Trait<$Rhs> for $Lhs {
@@ -67,18 +109,18 @@ macro_rules! binary_operators {
             }
         }
     };
-    (@scalar_right $Trait:ident $method:ident $op:ident, $Lhs:ty) => {
-        impl $Trait<f32> for $Lhs {
+    (@scalar_right $Trait:ident $method:ident $op:ident, $Lhs:ty, $S:ty) => {
+        impl $Trait<$S> for $Lhs {
             type Output = Tensor;
             #[track_caller]
-            fn $method(self, rhs: f32) -> Tensor {
+            fn $method(self, rhs: $S) -> Tensor {
                 let lhs: &Tensor = self.borrow();
                 lhs.binary(BinaryOp::$op, &lhs.constant(rhs))
             }
         }
     };
-    (@scalar_left $Trait:ident $method:ident $op:ident, $Rhs:ty) => {
-        impl $Trait<$Rhs> for f32 {
+    (@scalar_left $Trait:ident $method:ident $op:ident, $Rhs:ty, $S:ty) => {
+        impl $Trait<$Rhs> for $S {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: $Rhs) -> Tensor {
@@ -87,25 +129,56 @@ macro_rules! binary_operators {
             }
         }
     };
-    (@assign $Assign:ident $assign:ident $op:ident, $Rhs:ty) => {
-        impl $Assign<$Rhs> for Tensor {
-            #[track_caller]
-            fn $assign(&mut self, rhs: $Rhs) {
-                *self = self.binary(BinaryOp::$op, rhs.borrow());
-            }
-        }
-    };
 }
 
 binary_operators! {
-    Add add AddAssign add_assign Add;
-    Sub sub SubAssign sub_assign Sub;
-    Mul mul MulAssign mul_assign Mul;
-    Div div DivAssign div_assign Div;
+    Add add Add;
+    Sub sub Sub;
+    Mul mul Mul;
+    Div div Div;
+    Rem rem Rem;
+    BitAnd bitand And;
+    BitOr bitor Or;
+    BitXor bitxor Xor;
+}
+
+/// The assigning forms: `t += &u`, `t *= 2.0`, ...
+macro_rules! assign_operators {
+    ($($Assign:ident $assign:ident $op:ident;)*) => {$(
+        impl $Assign<Tensor> for Tensor {
+            #[track_caller]
+            fn $assign(&mut self, rhs: Tensor) {
+                *self = self.binary(BinaryOp::$op, &rhs);
+            }
+        }
+        impl $Assign<&Tensor> for Tensor {
+            #[track_caller]
+            fn $assign(&mut self, rhs: &Tensor) {
+                *self = self.binary(BinaryOp::$op, rhs);
+            }
+        }
+        assign_operators!(@scalar $Assign $assign $op, f32 i32 u32);
+    )*};
+    (@scalar $Assign:ident $assign:ident $op:ident, $($S:ty)*) => {$(
+        impl $Assign<$S> for Tensor {
+            #[track_caller]
+            fn $assign(&mut self, rhs: $S) {
+                *self = self.binary(BinaryOp::$op, &self.constant(rhs));
+            }
+        }
+    )*};
+}
+
+assign_operators! {
+    AddAssign add_assign Add;
+    SubAssign sub_assign Sub;
+    MulAssign mul_assign Mul;
+    DivAssign div_assign Div;
 }
 
 impl Neg for Tensor {
     type Output = Tensor;
+    #[track_caller]
     fn neg(self) -> Tensor {
         self.unary(UnaryOp::Neg)
     }
@@ -113,8 +186,29 @@ impl Neg for Tensor {
 
 impl Neg for &Tensor {
     type Output = Tensor;
+    #[track_caller]
     fn neg(self) -> Tensor {
         self.unary(UnaryOp::Neg)
+    }
+}
+
+/// Logical not of a bool tensor, bitwise not of an integer one.
+///
+/// # Panics
+/// On a float tensor.
+impl Not for Tensor {
+    type Output = Tensor;
+    #[track_caller]
+    fn not(self) -> Tensor {
+        self.unary(UnaryOp::Not)
+    }
+}
+
+impl Not for &Tensor {
+    type Output = Tensor;
+    #[track_caller]
+    fn not(self) -> Tensor {
+        self.unary(UnaryOp::Not)
     }
 }
 
@@ -123,6 +217,7 @@ macro_rules! unary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
         impl Tensor {$(
             $(#[$doc])*
+            #[track_caller]
             pub fn $name(&self) -> Tensor {
                 self.unary(UnaryOp::$op)
             }
@@ -168,7 +263,8 @@ macro_rules! try_binary_methods {
             $(#[$doc])*
             ///
             /// # Errors
-            /// [`Error::Broadcast`] when the shapes cannot broadcast, [`Error::DeviceMismatch`] across devices.
+            /// [`Error::Broadcast`] when the shapes cannot broadcast, [`Error::DeviceMismatch`] across devices,
+            /// [`Error::DType`] when the types have no common type or the op is not defined on it.
             pub fn $try_name(&self, rhs: &Tensor) -> Result<Tensor> {
                 self.try_binary(BinaryOp::$op, rhs)
             }
@@ -189,6 +285,8 @@ try_binary_methods! {
     try_maximum => Max;
     /// Elementwise minimum, broadcast; NaN if either operand is NaN (as `numpy.minimum`).
     try_minimum => Min;
+    /// `self % rhs` (integers), broadcast.
+    try_rem => Rem;
 }
 
 impl Tensor {
@@ -211,6 +309,7 @@ impl Tensor {
     }
 
     /// `x^exponent`, with `f32::powf`'s rules (a negative base needs an integer exponent).
+    #[track_caller]
     pub fn powf(&self, exponent: f32) -> Tensor {
         self.binary(BinaryOp::Pow, &self.constant(exponent))
     }

@@ -118,7 +118,7 @@ impl Device {
     }
 
     /// Hands over finished read-backs, in order; the first failure wins, and the rest are still collected.
-    fn collect(&self, tickets: Vec<Option<ReadId>>) -> Result<Vec<Vec<f32>>> {
+    fn collect(&self, tickets: Vec<Option<ReadId>>) -> Result<Vec<Vec<u32>>> {
         let mut out = Vec::with_capacity(tickets.len());
         let mut first_err = None;
         for t in tickets {
@@ -132,14 +132,14 @@ impl Device {
         first_err.map_or(Ok(out), Err)
     }
 
-    /// Realizes `ids` in one job and reads them back, blocking.
-    pub(crate) fn read(&self, ids: &[NodeId]) -> Result<Vec<Vec<f32>>> {
+    /// Realizes `ids` in one job and reads back the words of their buffers, blocking.
+    pub(crate) fn read(&self, ids: &[NodeId]) -> Result<Vec<Vec<u32>>> {
         let tickets = self.run(ids, ids)?;
         self.collect(tickets)
     }
 
     /// Realizes `ids` in one job and reads them back without blocking the caller's thread on the device.
-    pub(crate) async fn read_async(&self, ids: &[NodeId]) -> Result<Vec<Vec<f32>>> {
+    pub(crate) async fn read_async(&self, ids: &[NodeId]) -> Result<Vec<Vec<u32>>> {
         let mut pending = Pending { device: self, tickets: self.run(ids, ids)? };
         ReadsDone { device: self, tickets: &pending.tickets }.await?;
         self.collect(std::mem::take(&mut pending.tickets))

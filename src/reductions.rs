@@ -9,15 +9,17 @@ use crate::op::ReduceOp;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
 
-#[track_caller]
-fn ok(r: Result<Tensor>) -> Tensor {
-    match r {
-        Ok(t) => t,
-        Err(e) => panic!("{e}"),
-    }
-}
+use crate::dtype::DType;
+use crate::ops::ok;
 
 impl Tensor {
+    /// The type float math on this tensor computes in, and the type its result takes: f16 and bf16 compute in
+    /// f32 and round the result back (as PyTorch's kernels do); integers and bools compute in and give f32.
+    fn float_math(&self) -> (Tensor, DType) {
+        let out = if self.dtype.is_float() { self.dtype } else { DType::F32 };
+        (self.cast_to(DType::F32), out)
+    }
+
     /// The axis `dim` names, and its extent.
     fn reduce_axis(&self, op: &'static str, dim: impl Dim) -> Result<(usize, usize)> {
         let d = dim.resolve(self.ndim()).ok_or_else(|| Error::BadArgument {
@@ -38,24 +40,53 @@ impl Tensor {
                 shape: self.shape.clone(),
             });
         }
-        let mut dims = self.shape.dims().to_vec();
+        // Sums and products of bools count in i32.
+        let x = match (op, self.dtype) {
+            (ReduceOp::Sum | ReduceOp::Prod, DType::Bool) => self.cast_to(DType::I32),
+            _ => self.clone(),
+        };
+        let mut dims = x.shape.dims().to_vec();
         dims[d] = 1;
-        let r = Tensor::from_op(&self.device, Op::Reduce(op, self.id, d), Shape::from(dims));
+        let r = Tensor::from_op(&x.device, Op::Reduce(op, x.id, d), Shape::from(dims), x.dtype);
         Ok(if keep { r } else { r.squeeze(d) })
+    }
+
+    /// The index (i32) of the first maximum (`op` Max) or minimum along `dim`; NaN counts as the extreme, so the
+    /// first NaN wins. Two folds: the extreme, then the least index that holds it.
+    fn try_arg(&self, op: ReduceOp, name: &'static str, dim: impl Dim, keep: bool) -> Result<Tensor> {
+        let (d, n) = self.reduce_axis(name, dim)?;
+        if n == 0 {
+            return Err(Error::BadArgument {
+                op: name,
+                message: format!("axis {d} is empty, and an empty axis has no {}imum", op.name()),
+                shape: self.shape.clone(),
+            });
+        }
+        let extreme = self.try_fold(op, d, true)?;
+        let mut hit = self.eq(&extreme);
+        if self.dtype.is_float() {
+            hit = hit | self.ne(self);
+        }
+        let mut along = vec![1; self.ndim()];
+        along[d] = n;
+        let index = Tensor::arange_on(n, &self.device).reshape(along);
+        hit.where_cond(&index, n as i32).try_fold(ReduceOp::Min, d, keep)
     }
 
     /// The mean along `dim`: the sum times `1 / n` (NaN over an empty axis).
     fn try_mean_of(&self, dim: impl Dim, keep: bool) -> Result<Tensor> {
         let (d, n) = self.reduce_axis("mean", dim)?;
-        let m = self.try_fold(ReduceOp::Sum, d, true)? * (1.0 / n as f32);
+        let (x, out) = self.float_math();
+        let m = (x.try_fold(ReduceOp::Sum, d, true)? * (1.0 / n as f32)).cast_to(out);
         Ok(if keep { m } else { m.squeeze(d) })
     }
 
     /// The population variance along `dim` (dividing by `n`).
     fn try_var_of(&self, dim: impl Dim, keep: bool) -> Result<Tensor> {
         let (d, _) = self.reduce_axis("var", dim)?;
-        let centered = self - &self.try_mean_of(d, true)?;
-        centered.square().try_mean_of(d, keep)
+        let (x, out) = self.float_math();
+        let centered = &x - &x.try_mean_of(d, true)?;
+        Ok(centered.square().try_mean_of(d, keep)?.cast_to(out))
     }
 
     /// The tensor as one axis, folded with `op` into shape `[]`.
@@ -225,7 +256,8 @@ impl Tensor {
 
     /// The mean of every element, shape `[]` (NaN for an empty tensor).
     pub fn mean_all(&self) -> Tensor {
-        self.sum_all() * (1.0 / self.numel() as f32)
+        let (x, out) = self.float_math();
+        (x.sum_all() * (1.0 / self.numel() as f32)).cast_to(out)
     }
 
     /// The maximum of every element, shape `[]`, NaN if any is NaN.
@@ -278,11 +310,12 @@ impl Tensor {
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_softmax(&self, dim: impl Dim) -> Result<Tensor> {
         let (d, n) = self.reduce_axis("softmax", dim)?;
+        let (x, out) = self.float_math();
         if n == 0 {
-            return Ok(self.clone());
+            return Ok(x.cast_to(out));
         }
-        let e = (self - &self.try_fold(ReduceOp::Max, d, true)?).exp();
-        Ok(&e / &e.try_fold(ReduceOp::Sum, d, true)?)
+        let e = (&x - &x.try_fold(ReduceOp::Max, d, true)?).exp();
+        Ok((&e / &e.try_fold(ReduceOp::Sum, d, true)?).cast_to(out))
     }
 
     /// `x - logsumexp(x)` along `dim`, computed stably (a row of `-inf` gives NaN, as in PyTorch).
@@ -300,11 +333,12 @@ impl Tensor {
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
         let (d, n) = self.reduce_axis("log_softmax", dim)?;
+        let (x, out) = self.float_math();
         if n == 0 {
-            return Ok(self.clone());
+            return Ok(x.cast_to(out));
         }
-        let shifted = self - &self.try_fold(ReduceOp::Max, d, true)?;
-        Ok(&shifted - &shifted.exp().try_fold(ReduceOp::Sum, d, true)?.ln())
+        let shifted = &x - &x.try_fold(ReduceOp::Max, d, true)?;
+        Ok((&shifted - &shifted.exp().try_fold(ReduceOp::Sum, d, true)?.ln()).cast_to(out))
     }
 
     /// `ln(sum(exp(x)))` along `dim`, axis dropped, computed stably around the maximum (an all `-inf` row gives
@@ -323,12 +357,72 @@ impl Tensor {
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_logsumexp(&self, dim: impl Dim) -> Result<Tensor> {
         let (d, n) = self.reduce_axis("logsumexp", dim)?;
+        let (x, out) = self.float_math();
         if n == 0 {
-            return Ok(self.try_fold(ReduceOp::Sum, d, false)?.ln());
+            return Ok(x.try_fold(ReduceOp::Sum, d, false)?.ln().cast_to(out));
         }
         // An infinite maximum would make `x - max` NaN; a finite stand-in keeps -inf rows at -inf.
-        let m = self.try_fold(ReduceOp::Max, d, true)?.clamp(f32::MIN, f32::MAX);
-        let s = (self - &m).exp().try_fold(ReduceOp::Sum, d, true)?.ln() + &m;
-        Ok(s.squeeze(d))
+        let m = x.try_fold(ReduceOp::Max, d, true)?.clamp(f32::MIN, f32::MAX);
+        let s = (&x - &m).exp().try_fold(ReduceOp::Sum, d, true)?.ln() + &m;
+        Ok(s.squeeze(d).cast_to(out))
+    }
+
+    /// The index (i32) of the maximum along `dim`, the axis dropped: the first on ties, and the first NaN wins
+    /// (as in PyTorch).
+    ///
+    /// # Panics
+    /// If `dim` is out of range or the axis is empty; [`Tensor::try_argmax`] returns the error instead.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let x = lazor::Tensor::from_vec(vec![1.0, 3.0, 3.0, 0.0], [2, 2]);
+    /// assert_eq!(x.argmax(-1).to_vec_as::<i32>(), vec![1, 0]);
+    /// ```
+    #[track_caller]
+    pub fn argmax(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_arg(ReduceOp::Max, "argmax", dim, false))
+    }
+
+    /// [`Tensor::argmax`] keeping the axis with extent 1.
+    ///
+    /// # Panics
+    /// As [`Tensor::argmax`].
+    #[track_caller]
+    pub fn argmax_keepdim(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_arg(ReduceOp::Max, "argmax", dim, true))
+    }
+
+    /// The index (i32) of the minimum along `dim`, the axis dropped: the first on ties, and the first NaN wins.
+    ///
+    /// # Panics
+    /// If `dim` is out of range or the axis is empty; [`Tensor::try_argmin`] returns the error instead.
+    #[track_caller]
+    pub fn argmin(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_arg(ReduceOp::Min, "argmin", dim, false))
+    }
+
+    /// [`Tensor::argmin`] keeping the axis with extent 1.
+    ///
+    /// # Panics
+    /// As [`Tensor::argmin`].
+    #[track_caller]
+    pub fn argmin_keepdim(&self, dim: impl Dim) -> Tensor {
+        ok(self.try_arg(ReduceOp::Min, "argmin", dim, true))
+    }
+
+    /// [`Tensor::argmax`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range or the axis is empty.
+    pub fn try_argmax(&self, dim: impl Dim) -> Result<Tensor> {
+        self.try_arg(ReduceOp::Max, "argmax", dim, false)
+    }
+
+    /// [`Tensor::argmin`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range or the axis is empty.
+    pub fn try_argmin(&self, dim: impl Dim) -> Result<Tensor> {
+        self.try_arg(ReduceOp::Min, "argmin", dim, false)
     }
 }

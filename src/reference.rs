@@ -1,6 +1,8 @@
 //! The CPU reference interpreter: evaluates a graph with the op table's definitions, one op at a time, in plain
-//! Rust. Tests check every backend against it.
+//! Rust, on lanes of each node's type. Tests check every backend against it.
 
+use crate::dtype::{Class, DType};
+use crate::element::Element;
 use crate::graph::{NodeId, Op};
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::schedule::toposort::toposort;
@@ -20,7 +22,7 @@ pub fn binary(op: BinaryOp, a: f32, b: f32) -> f32 {
 }
 
 /// The elements of `values` (row-major) that `view` selects, row-major.
-pub fn gather(values: &[f32], view: &View) -> Vec<f32> {
+pub fn gather<T: Copy>(values: &[T], view: &View) -> Vec<T> {
     let dims = view.shape.dims();
     (0..view.shape.numel())
         .map(|mut i| {
@@ -34,21 +36,24 @@ pub fn gather(values: &[f32], view: &View) -> Vec<f32> {
         .collect()
 }
 
-/// `values` (row-major, of `shape`) folded with `op` along `axis`, which the result keeps with extent 1. Sums and
-/// products accumulate in `f64`: the reference is the exact side of every tolerance.
-pub fn reduce(values: &[f32], shape: &Shape, op: ReduceOp, axis: usize) -> Vec<f32> {
+/// `lanes` (row-major, of `shape`, of type `dt`) folded with `op` along `axis`, which the result keeps with
+/// extent one. Float sums and products accumulate in `f64` and round once to `dt`: the exact side of every
+/// tolerance; integer ones wrap.
+pub fn reduce(lanes: &[u32], dt: DType, shape: &Shape, op: ReduceOp, axis: usize) -> Vec<u32> {
     let dims = shape.dims();
     let n = dims[axis];
     let inner: usize = dims[axis + 1..].iter().product();
     let outer: usize = dims[..axis].iter().product();
     let mut out = Vec::with_capacity(outer * inner);
+    let combine = op.combine();
     for o in 0..outer {
         for i in 0..inner {
-            let at = |r: usize| values[(o * n + r) * inner + i];
-            let v = match op {
-                ReduceOp::Sum => (0..n).map(|r| at(r) as f64).sum::<f64>() as f32,
-                ReduceOp::Prod => (0..n).map(|r| at(r) as f64).product::<f64>() as f32,
-                ReduceOp::Max | ReduceOp::Min => (0..n).fold(op.identity(), |acc, r| op.combine().eval(acc, at(r))),
+            let at = |r: usize| lanes[(o * n + r) * inner + i];
+            let exact = |x: f64| dt.round(x as f32).to_bits();
+            let v = match (op, dt.class()) {
+                (ReduceOp::Sum, Class::Float) => exact((0..n).map(|r| f32::from_bits(at(r)) as f64).sum::<f64>()),
+                (ReduceOp::Prod, Class::Float) => exact((0..n).map(|r| f32::from_bits(at(r)) as f64).product::<f64>()),
+                _ => (0..n).fold(op.identity_lane(dt), |acc, r| combine.eval_lane(dt.lanes(), acc, at(r))),
             };
             out.push(v);
         }
@@ -56,19 +61,21 @@ pub fn reduce(values: &[f32], shape: &Shape, op: ReduceOp, axis: usize) -> Vec<f
     out
 }
 
-/// The batched matrix product of `a` (`[..., m, k]`) and `b` (`[..., k, n]`, the same batch axes), accumulated in
-/// `f64` and rounded once: the exact side of every matmul tolerance.
-pub fn matmul(a: &[f32], b: &[f32], sa: &Shape, sb: &Shape) -> Vec<f32> {
+/// The batched matrix product of `a` (`[..., m, k]`) and `b` (`[..., k, n]`, the same batch axes), float lanes,
+/// accumulated in `f64` and rounded once to `dt`: the exact side of every matmul tolerance.
+pub fn matmul(a: &[u32], b: &[u32], sa: &Shape, sb: &Shape, dt: DType) -> Vec<u32> {
     let (da, db) = (sa.dims(), sb.dims());
     let r = da.len();
     let (m, k, n) = (da[r - 2], da[r - 1], db[r - 1]);
     let batch: usize = da[..r - 2].iter().product();
+    let f = |x: u32| f32::from_bits(x) as f64;
     let mut out = Vec::with_capacity(batch * m * n);
     for bi in 0..batch {
         let (a, b) = (&a[bi * m * k..], &b[bi * k * n..]);
         for i in 0..m {
             for j in 0..n {
-                out.push((0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum::<f64>() as f32);
+                let dot = (0..k).map(|p| f(a[i * k + p]) * f(b[p * n + j])).sum::<f64>();
+                out.push(dt.round(dot as f32).to_bits());
             }
         }
     }
@@ -76,7 +83,7 @@ pub fn matmul(a: &[f32], b: &[f32], sa: &Shape, sb: &Shape) -> Vec<f32> {
 }
 
 /// `parts` (row-major, of `shapes`) joined along axis `dim`.
-pub fn concat(parts: &[&[f32]], shapes: &[&Shape], dim: usize) -> Vec<f32> {
+pub fn concat<T: Copy>(parts: &[&[T]], shapes: &[&Shape], dim: usize) -> Vec<T> {
     let outer: usize = shapes.first().map_or(1, |s| s.dims()[..dim].iter().product());
     let mut out = Vec::new();
     for o in 0..outer {
@@ -89,7 +96,7 @@ pub fn concat(parts: &[&[f32]], shapes: &[&Shape], dim: usize) -> Vec<f32> {
 }
 
 /// `values` (of shape `from`) broadcast to `to`, row-major.
-pub fn broadcast(values: &[f32], from: &Shape, to: &Shape) -> Vec<f32> {
+pub fn broadcast<T: Copy>(values: &[T], from: &Shape, to: &Shape) -> Vec<T> {
     if from == to {
         return values.to_vec();
     }
@@ -107,12 +114,43 @@ pub fn broadcast(values: &[f32], from: &Shape, to: &Shape) -> Vec<f32> {
         .collect()
 }
 
-/// Evaluates `tensors` on the CPU by interpreting their graph. Values already on the device (realized tensors) are
-/// read back and taken as given; everything else is computed here.
+/// Evaluates `tensors` on the CPU by interpreting their graph, each as f32 values (other types converted as
+/// [`Tensor::to_dtype`] would). Values already on the device (realized tensors) are read back and taken as given;
+/// everything else is computed here.
 ///
 /// # Panics
 /// On a device failure while reading a realized value back.
 pub fn eval(tensors: &[&Tensor]) -> Vec<Vec<f32>> {
+    eval_lanes(tensors)
+        .into_iter()
+        .zip(tensors)
+        .map(|(lanes, t)| lanes.into_iter().map(|l| f32::from_bits(DType::F32.cast_lane(t.dtype(), l))).collect())
+        .collect()
+}
+
+/// The exact values of `t` as `T` (its element type), by the reference.
+///
+/// # Panics
+/// If `T` is not `t`'s element type, or as [`eval`].
+pub fn eval_as<T: Element>(t: &Tensor) -> Vec<T> {
+    assert_eq!(T::DTYPE, t.dtype(), "lazor: reference::eval_as: the tensor is {}", t.dtype());
+    eval_lanes(&[t]).remove(0).into_iter().map(T::from_lane).collect()
+}
+
+/// The device's values of `t` (realized and read back), as lanes of its type: what [`eval_lanes`] checks.
+///
+/// # Panics
+/// On a device failure.
+pub fn device_lanes(t: &Tensor) -> Vec<u32> {
+    let words = t.device().read(&[t.id]).unwrap_or_else(|e| panic!("{e}")).remove(0);
+    t.dtype().decode(&words, t.numel())
+}
+
+/// Evaluates `tensors` by interpreting their graph, each as lanes of its type (see [`DType`]).
+///
+/// # Panics
+/// As [`eval`].
+pub fn eval_lanes(tensors: &[&Tensor]) -> Vec<Vec<u32>> {
     let Some(first) = tensors.first() else { return Vec::new() };
     let device = first.device().clone();
     let roots: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
@@ -121,29 +159,42 @@ pub fn eval(tensors: &[&Tensor]) -> Vec<Vec<f32>> {
         toposort(&state.graph, &roots).into_iter().filter(|&id| matches!(state.graph.node(id).op, Op::Buffer)).collect()
     };
     let read = if stored.is_empty() { Vec::new() } else { device.read(&stored).unwrap_or_else(|e| panic!("{e}")) };
-    let mut values: HashMap<NodeId, Vec<f32>> = stored.into_iter().zip(read).collect();
-
     let state = device.state();
     let graph = &state.graph;
+    let mut values: HashMap<NodeId, Vec<u32>> = stored
+        .into_iter()
+        .zip(read)
+        .map(|(id, words)| {
+            let node = graph.node(id);
+            (id, node.dtype.decode(&words, node.shape.numel()))
+        })
+        .collect();
+
     for id in toposort(graph, &roots) {
         let node = graph.node(id);
-        let shape = &node.shape;
+        let (shape, dt) = (&node.shape, node.dtype);
+        let operand = |x: &NodeId| broadcast(&values[x], &graph.node(*x).shape, shape);
         let v = match &node.op {
             Op::Buffer => continue,
-            Op::Data(d) => d.clone(),
+            Op::Data(words) => dt.decode(words, shape.numel()),
             Op::Const(c) => vec![*c; shape.numel()],
-            Op::Unary(op, a) => values[a].iter().map(|&x| op.eval(x)).collect(),
+            Op::Arange => (0..shape.numel() as u32).collect(),
+            Op::Unary(op, a) => values[a].iter().map(|&x| op.eval_lane(dt, x)).collect(),
             Op::Binary(op, a, b) => {
-                let va = broadcast(&values[a], &graph.node(*a).shape, shape);
-                let vb = broadcast(&values[b], &graph.node(*b).shape, shape);
-                va.iter().zip(&vb).map(|(&x, &y)| op.eval(x, y)).collect()
+                let operands = graph.node(*a).dtype;
+                operand(a).iter().zip(&operand(b)).map(|(&x, &y)| op.eval_lane(operands, x, y)).collect()
+            }
+            Op::Cast(a) => values[a].iter().map(|&x| dt.cast_lane(graph.node(*a).dtype, x)).collect(),
+            Op::Where(c, a, b) => {
+                let (c, a, b) = (operand(c), operand(a), operand(b));
+                c.iter().zip(a.iter().zip(&b)).map(|(&c, (&x, &y))| if c != 0 { x } else { y }).collect()
             }
             Op::View(view, a) => gather(&values[a], view),
             Op::Contiguous(a) => values[a].clone(),
-            Op::Reduce(op, a, axis) => reduce(&values[a], &graph.node(*a).shape, *op, *axis),
-            Op::Matmul(a, b) => matmul(&values[a], &values[b], &graph.node(*a).shape, &graph.node(*b).shape),
+            Op::Reduce(op, a, axis) => reduce(&values[a], dt, &graph.node(*a).shape, *op, *axis),
+            Op::Matmul(a, b) => matmul(&values[a], &values[b], &graph.node(*a).shape, &graph.node(*b).shape, dt),
             Op::Cat(parts, dim) => {
-                let vals: Vec<&[f32]> = parts.iter().map(|p| values[p].as_slice()).collect();
+                let vals: Vec<&[u32]> = parts.iter().map(|p| values[p].as_slice()).collect();
                 let shapes: Vec<&Shape> = parts.iter().map(|p| &graph.node(*p).shape).collect();
                 concat(&vals, &shapes, *dim)
             }

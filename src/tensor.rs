@@ -2,13 +2,14 @@
 
 use crate::device::Device;
 use crate::dtype::DType;
+use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, Op};
 use crate::shape::Shape;
 use std::fmt;
 use std::future::Future;
 
-/// A lazy n-dimensional array of `f32` on a [`Device`].
+/// A lazy n-dimensional array of one element type ([`DType`]) on a [`Device`].
 ///
 /// Operations build graph nodes; nothing runs until a value is needed ([`Tensor::to_vec`], [`Tensor::realize`]).
 /// Cloning is cheap (a handle); dropping the last handle frees the node and, once nothing needs it, its buffer.
@@ -25,23 +26,32 @@ use std::future::Future;
 pub struct Tensor {
     pub(crate) id: NodeId,
     pub(crate) shape: Shape,
+    pub(crate) dtype: DType,
     pub(crate) device: Device,
 }
 
 impl Tensor {
     /// Wraps a new node of `device`'s graph.
-    pub(crate) fn from_op(device: &Device, op: Op, shape: Shape) -> Tensor {
+    pub(crate) fn from_op(device: &Device, op: Op, shape: Shape, dtype: DType) -> Tensor {
         let node_shape = shape.clone();
-        let id = device.add_node(|g| g.add(op, node_shape, DType::F32));
-        Tensor { id, shape, device: device.clone() }
+        let id = device.add_node(|g| g.add(op, node_shape, dtype));
+        Tensor { id, shape, dtype, device: device.clone() }
     }
 
-    /// A tensor holding `data` (row-major) on the default device.
+    /// A tensor holding `data` (row-major) on the default device; its dtype is `T`'s.
     ///
     /// # Panics
     /// If `data.len()` differs from the number of elements of `shape`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lazor::{DType, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], [2, 2]);
+    /// let labels = Tensor::from_vec(vec![3i32, 1], [2]);
+    /// assert_eq!((x.dtype(), labels.dtype()), (DType::F32, DType::I32));
+    /// ```
     #[track_caller]
-    pub fn from_vec(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Tensor {
         Tensor::from_vec_on(data, shape, &Device::default())
     }
 
@@ -50,7 +60,7 @@ impl Tensor {
     /// # Panics
     /// If `data.len()` differs from the number of elements of `shape`.
     #[track_caller]
-    pub fn from_vec_on(data: Vec<f32>, shape: impl Into<Shape>, device: &Device) -> Tensor {
+    pub fn from_vec_on<T: Element>(data: Vec<T>, shape: impl Into<Shape>, device: &Device) -> Tensor {
         let shape = shape.into();
         assert!(
             data.len() == shape.numel(),
@@ -58,7 +68,7 @@ impl Tensor {
             data.len(),
             shape.numel()
         );
-        Tensor::from_op(device, Op::Data(data), shape)
+        Tensor::from_op(device, Op::Data(T::into_words(data)), shape, T::DTYPE)
     }
 
     /// A tensor holding a copy of `data` on the default device.
@@ -66,7 +76,7 @@ impl Tensor {
     /// # Panics
     /// If `data.len()` differs from the number of elements of `shape`.
     #[track_caller]
-    pub fn from_slice(data: &[f32], shape: impl Into<Shape>) -> Tensor {
+    pub fn from_slice<T: Element>(data: &[T], shape: impl Into<Shape>) -> Tensor {
         Tensor::from_vec(data.to_vec(), shape)
     }
 
@@ -75,21 +85,27 @@ impl Tensor {
     /// # Panics
     /// If `data.len()` differs from the number of elements of `shape`.
     #[track_caller]
-    pub fn from_slice_on(data: &[f32], shape: impl Into<Shape>, device: &Device) -> Tensor {
+    pub fn from_slice_on<T: Element>(data: &[T], shape: impl Into<Shape>, device: &Device) -> Tensor {
         Tensor::from_vec_on(data.to_vec(), shape, device)
     }
 
-    /// `value` everywhere. Costs no memory until realized on its own: kernels read it as a parameter.
-    pub fn full(shape: impl Into<Shape>, value: f32) -> Tensor {
+    /// `value` everywhere, of `T`'s dtype. Costs no memory until realized on its own: kernels read it as a
+    /// parameter.
+    pub fn full<T: Element>(shape: impl Into<Shape>, value: T) -> Tensor {
         Tensor::full_on(shape, value, &Device::default())
     }
 
     /// [`Tensor::full`] on `device`.
-    pub fn full_on(shape: impl Into<Shape>, value: f32, device: &Device) -> Tensor {
-        Tensor::from_op(device, Op::Const(value), shape.into())
+    pub fn full_on<T: Element>(shape: impl Into<Shape>, value: T, device: &Device) -> Tensor {
+        Tensor::from_op(device, Op::Const(value.to_lane()), shape.into(), T::DTYPE)
     }
 
-    /// Zeros.
+    /// `value` (a lane of `dtype`) everywhere.
+    pub(crate) fn full_lane(shape: impl Into<Shape>, lane: u32, dtype: DType, device: &Device) -> Tensor {
+        Tensor::from_op(device, Op::Const(lane), shape.into(), dtype)
+    }
+
+    /// Zeros (f32).
     pub fn zeros(shape: impl Into<Shape>) -> Tensor {
         Tensor::full(shape, 0.0)
     }
@@ -99,7 +115,7 @@ impl Tensor {
         Tensor::full_on(shape, 0.0, device)
     }
 
-    /// Ones.
+    /// Ones (f32).
     pub fn ones(shape: impl Into<Shape>) -> Tensor {
         Tensor::full(shape, 1.0)
     }
@@ -109,13 +125,33 @@ impl Tensor {
         Tensor::full_on(shape, 1.0, device)
     }
 
+    /// Zeros of a dtype chosen at run time (`false` for bool).
+    pub fn zeros_dtype(shape: impl Into<Shape>, dtype: DType) -> Tensor {
+        Tensor::full_lane(shape, dtype.cast_lane(DType::I32, 0), dtype, &Device::default())
+    }
+
+    /// Ones of a dtype chosen at run time (`true` for bool).
+    pub fn ones_dtype(shape: impl Into<Shape>, dtype: DType) -> Tensor {
+        Tensor::full_lane(shape, dtype.cast_lane(DType::I32, 1), dtype, &Device::default())
+    }
+
+    /// `0, 1, ..., n - 1` as i32, shape `[n]`, on the default device. Costs no memory until realized on its own.
+    pub fn arange(n: usize) -> Tensor {
+        Tensor::arange_on(n, &Device::default())
+    }
+
+    /// [`Tensor::arange`] on `device`.
+    pub fn arange_on(n: usize, device: &Device) -> Tensor {
+        Tensor::from_op(device, Op::Arange, Shape::from([n]), DType::I32)
+    }
+
     /// A tensor of shape `[]` holding `value`.
-    pub fn scalar(value: f32) -> Tensor {
+    pub fn scalar<T: Element>(value: T) -> Tensor {
         Tensor::full([], value)
     }
 
     /// [`Tensor::scalar`] on `device`.
-    pub fn scalar_on(value: f32, device: &Device) -> Tensor {
+    pub fn scalar_on<T: Element>(value: T, device: &Device) -> Tensor {
         Tensor::full_on([], value, device)
     }
 
@@ -136,7 +172,7 @@ impl Tensor {
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        DType::F32
+        self.dtype
     }
 
     /// The device the tensor lives on.
@@ -158,10 +194,11 @@ impl Tensor {
         self.device.run(&[self.id], &[]).map(drop)
     }
 
-    /// Realizes and reads the values back, row-major.
+    /// Realizes and reads the values of an f32 tensor back, row-major.
     ///
     /// # Panics
-    /// On a device failure, with the error's message; [`Tensor::try_to_vec`] returns it instead.
+    /// On a device failure, with the error's message ([`Tensor::try_to_vec`] returns it instead), or if the tensor
+    /// is not f32 (read it with [`Tensor::to_vec_as`]).
     #[track_caller]
     pub fn to_vec(&self) -> Vec<f32> {
         match self.try_to_vec() {
@@ -173,31 +210,90 @@ impl Tensor {
     /// Realizes and reads the values back.
     ///
     /// # Errors
-    /// As [`Tensor::realize`], and [`Error::ReadBack`] if mapping fails.
+    /// As [`Tensor::realize`], [`Error::ReadBack`] if mapping fails, and [`Error::DType`] if the tensor is not
+    /// f32.
     pub fn try_to_vec(&self) -> Result<Vec<f32>> {
-        Ok(self.device.read(&[self.id])?.pop().expect("one output"))
+        self.try_to_vec_as::<f32>()
+    }
+
+    /// Realizes and reads the values back as `T`, exactly; `T` must be the tensor's element type.
+    ///
+    /// # Panics
+    /// If `T` is not the tensor's element type, or on a device failure.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let mask = lazor::Tensor::from_vec(vec![1.0, -2.0, 3.0], [3]).gt(0.0);
+    /// assert_eq!(mask.to_vec_as::<bool>(), vec![true, false, true]);
+    /// ```
+    #[track_caller]
+    pub fn to_vec_as<T: Element>(&self) -> Vec<T> {
+        match self.try_to_vec_as() {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`Tensor::to_vec_as`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::DType`] if `T` is not the tensor's element type; as [`Tensor::try_to_vec`] otherwise.
+    pub fn try_to_vec_as<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_read::<T>("to_vec")?;
+        let words = self.device.read(&[self.id])?.pop().expect("one output");
+        Ok(T::from_words(words, self.numel()))
+    }
+
+    /// Fails unless elements of this tensor read as `T`.
+    pub(crate) fn check_read<T: Element>(&self, op: &'static str) -> Result<()> {
+        if T::DTYPE == self.dtype {
+            return Ok(());
+        }
+        let call = match self.dtype {
+            DType::F32 => "to_vec() or to_vec_as::<f32>()".to_string(),
+            DType::F16 => "to_vec_as::<half::f16>()".to_string(),
+            DType::BF16 => "to_vec_as::<half::bf16>()".to_string(),
+            d => format!("to_vec_as::<{d}>()"),
+        };
+        Err(Error::DType {
+            op,
+            message: format!("the tensor is {} but {} was asked for; read it with {call}", self.dtype, T::DTYPE),
+        })
     }
 
     /// [`Tensor::try_to_vec`] as a future: the realize is submitted on first poll and the future resolves when the
     /// values are back, without blocking the thread on the GPU.
     pub fn to_vec_async(&self) -> impl Future<Output = Result<Vec<f32>>> + Send + 'static {
         let t = self.clone();
-        async move { Ok(t.device.read_async(&[t.id]).await?.pop().expect("one output")) }
+        async move {
+            t.check_read::<f32>("to_vec_async")?;
+            let words = t.device.read_async(&[t.id]).await?.pop().expect("one output");
+            Ok(f32::from_words(words, t.numel()))
+        }
     }
 
-    /// The single element of a one-element tensor.
+    /// The single element of a one-element f32 tensor.
     ///
     /// # Panics
-    /// If the tensor does not have exactly one element, or on a device failure.
+    /// If the tensor does not have exactly one element or is not f32, or on a device failure.
     #[track_caller]
     pub fn to_scalar(&self) -> f32 {
+        self.to_scalar_as::<f32>()
+    }
+
+    /// The single element of a one-element tensor, as `T` (its element type).
+    ///
+    /// # Panics
+    /// If the tensor does not have exactly one element, if `T` is not its element type, or on a device failure.
+    #[track_caller]
+    pub fn to_scalar_as<T: Element>(&self) -> T {
         assert!(
             self.numel() == 1,
             "lazor: to_scalar: tensor of shape {} has {} elements, not 1",
             self.shape,
             self.numel()
         );
-        self.to_vec()[0]
+        self.to_vec_as::<T>()[0]
     }
 }
 
@@ -223,7 +319,8 @@ impl Tensor {
         if self.device.same(device) {
             return Ok(self.clone());
         }
-        Ok(Tensor::from_vec_on(self.try_to_vec()?, self.shape.clone(), device))
+        let words = self.device.read(&[self.id])?.pop().expect("one output");
+        Ok(Tensor::from_op(device, Op::Data(words), self.shape.clone(), self.dtype))
     }
 }
 
@@ -252,7 +349,7 @@ pub fn realize(tensors: &[&Tensor]) -> Result<()> {
     Ok(())
 }
 
-/// Reads several tensors of one device back in one submit.
+/// Reads several f32 tensors of one device back in one submit.
 ///
 /// # Errors
 /// As [`Tensor::try_to_vec`]; [`Error::DeviceMismatch`] if they live on different devices.
@@ -260,15 +357,17 @@ pub fn to_vecs(tensors: &[&Tensor]) -> Result<Vec<Vec<f32>>> {
     let Some(first) = tensors.first() else { return Ok(Vec::new()) };
     for t in tensors {
         first.device.check_same(&t.device, "to_vecs")?;
+        t.check_read::<f32>("to_vecs")?;
     }
     let ids: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
-    first.device.read(&ids)
+    let words = first.device.read(&ids)?;
+    Ok(words.into_iter().zip(tensors).map(|(w, t)| f32::from_words(w, t.numel())).collect())
 }
 
 impl Clone for Tensor {
     fn clone(&self) -> Self {
         self.device.state().graph.retain(self.id);
-        Tensor { id: self.id, shape: self.shape.clone(), device: self.device.clone() }
+        Tensor { id: self.id, shape: self.shape.clone(), dtype: self.dtype, device: self.device.clone() }
     }
 }
 

@@ -48,7 +48,7 @@ impl Tensor {
                 _ => Op::View(view.clone(), self.id),
             }
         };
-        Tensor::from_op(&self.device, op, view.shape)
+        Tensor::from_op(&self.device, op, view.shape, self.dtype)
     }
 
     fn own_view(&self) -> View {
@@ -310,6 +310,18 @@ impl Tensor {
             }
             dims[d] += t.shape.dims()[d];
         }
+        // Parts of different types join in their common type.
+        let mut dt = first.dtype;
+        for t in tensors {
+            dt = dt.promote(t.dtype).ok_or_else(|| crate::error::Error::DType {
+                op: "cat",
+                message: format!("parts of types {dt} and {} have no common type; cast one with to_dtype", t.dtype),
+            })?;
+        }
+        if tensors.iter().any(|t| t.dtype != dt) {
+            let cast: Vec<Tensor> = tensors.iter().map(|t| t.cast_to(dt)).collect();
+            return Tensor::try_cat(&cast.iter().collect::<Vec<_>>(), d);
+        }
         if tensors.len() == 1 {
             return Ok((*first).clone());
         }
@@ -322,12 +334,12 @@ impl Tensor {
             return Tensor::try_cat(&chunks.iter().collect::<Vec<_>>(), d);
         }
         let parts = tensors.iter().map(|t| t.id).collect();
-        Ok(Tensor::from_op(&first.device, Op::Cat(parts, d), dims.into()))
+        Ok(Tensor::from_op(&first.device, Op::Cat(parts, d), dims.into(), dt))
     }
 
     /// A node that is always materialized, whatever it is.
     fn stored_copy(&self) -> Tensor {
-        Tensor::from_op(&self.device, Op::Contiguous(self.id), self.shape.clone())
+        Tensor::from_op(&self.device, Op::Contiguous(self.id), self.shape.clone(), self.dtype)
     }
 
     /// The tensors, all of one shape, stacked along a new axis `dim` (`0..=ndim`).

@@ -230,7 +230,7 @@ fn outputs_of_different_shapes_in_one_realize() {
 #[test]
 fn empty_tensors_dispatch_nothing() {
     for dev in devices() {
-        let a = Tensor::from_vec_on(vec![], [0, 3], &dev);
+        let a = Tensor::from_vec_on(Vec::<f32>::new(), [0, 3], &dev);
         let b = Tensor::from_vec_on(vec![1.0, 2.0, 3.0], [3], &dev);
         let c = (&a + &b).exp();
         assert_eq!(c.shape(), &[0, 3]);

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{assert_close, check, close, devices, Rng};
-use lazor::op::{BinaryOp, UnaryOp};
+use lazor::op::{BinaryOp, Class, UnaryOp};
 use lazor::{Device, Tensor};
 use proptest::prelude::*;
 
@@ -35,6 +35,7 @@ fn apply_unary(t: &Tensor, op: UnaryOp) -> Tensor {
         UnaryOp::Square => t.square(),
         UnaryOp::Gelu => t.gelu(),
         UnaryOp::Silu => t.silu(),
+        UnaryOp::Not => !t,
     }
 }
 
@@ -46,6 +47,16 @@ fn apply_binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Tensor {
         BinaryOp::Div => a / b,
         BinaryOp::Max => a.maximum(b),
         BinaryOp::Min => a.minimum(b),
+        BinaryOp::Rem => a % b,
+        BinaryOp::And => a & b,
+        BinaryOp::Or => a | b,
+        BinaryOp::Xor => a ^ b,
+        BinaryOp::Lt => a.lt(b),
+        BinaryOp::Le => a.le(b),
+        BinaryOp::Gt => a.gt(b),
+        BinaryOp::Ge => a.ge(b),
+        BinaryOp::Eq => a.eq(b),
+        BinaryOp::Ne => a.ne(b),
         // powf takes a scalar exponent; a tensor exponent has no public method yet.
         BinaryOp::Pow => unreachable!("tested separately"),
     }
@@ -65,7 +76,7 @@ fn domain(op: UnaryOp) -> (f32, f32) {
 fn unary_ops_match_the_reference_on_random_data() {
     for dev in devices() {
         let mut rng = Rng::new(11);
-        for (k, op) in UnaryOp::ALL.into_iter().enumerate() {
+        for (k, op) in UnaryOp::ALL.into_iter().filter(|op| op.supports(Class::Float)).enumerate() {
             // Odd sizes, one past a workgroup, many workgroups.
             let n = [1, 255, 257, 10_007][k % 4];
             let (lo, hi) = domain(op);
@@ -89,7 +100,7 @@ fn binary_ops_match_the_reference_on_broadcast_shapes() {
             (&[2, 3, 4, 5], &[1, 1, 4, 1]),
             (&[1], &[300]),
         ];
-        for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow) {
+        for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow && op.supports(Class::Float)) {
             for (sa, sb) in shapes {
                 let na: usize = sa.iter().product();
                 let nb: usize = sb.iter().product();
@@ -128,7 +139,7 @@ fn ieee_special_values_behave_as_on_the_cpu() {
         let zero = Tensor::zeros_on([n], &dev);
         check(&(&x / &zero), 0.0, 0.0, "x / 0");
         check(&(Tensor::scalar_on(-1.0, &dev).sqrt()), 0.0, 0.0, "sqrt(-1)");
-        for op in UnaryOp::ALL {
+        for op in UnaryOp::ALL.into_iter().filter(|op| op.supports(Class::Float)) {
             let (rel, abs) = tolerance_unary(op);
             // Transcendentals at ±1e30 are not meaningful on a GPU (sin/cos argument reduction), skip just those.
             let inputs: Vec<f32> = match op {
@@ -140,7 +151,8 @@ fn ieee_special_values_behave_as_on_the_cpu() {
             let t = Tensor::from_vec_on(inputs.clone(), [inputs.len()], &dev);
             failures.extend(mismatch(&apply_unary(&t, op), rel, abs, op.name()));
         }
-        for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow) {
+        // Comparisons too: every comparison with NaN is false except `ne`.
+        for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow && op.supports(Class::Float)) {
             // All pairs of specials, through broadcasting [n, 1] x [n].
             let a = Tensor::from_vec_on(special.to_vec(), [n, 1], &dev);
             failures.extend(mismatch(&apply_binary(&a, &x, op), 1e-6, 0.0, op.name()));
@@ -157,7 +169,7 @@ fn ieee_special_values_behave_as_on_the_cpu() {
 /// Every element where `t` differs from the reference, described.
 fn mismatch(t: &Tensor, rel: f32, abs: f32, what: &str) -> Vec<String> {
     let want = lazor::reference::eval(&[t]).pop().unwrap();
-    let got = t.to_vec();
+    let got = t.to_dtype(lazor::DType::F32).to_vec();
     got.iter()
         .zip(&want)
         .enumerate()

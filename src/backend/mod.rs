@@ -18,8 +18,8 @@ slotmap::new_key_type! {
 pub(crate) enum Data<'a> {
     /// A buffer the backend already holds.
     Existing(BufferKey),
-    /// Host values to upload before the first kernel.
-    Upload(&'a [f32]),
+    /// Host words to upload before the first kernel.
+    Upload(&'a [u32]),
     /// A new buffer, written by a kernel of the job.
     Fresh,
 }
@@ -73,14 +73,20 @@ pub(crate) trait Backend: Send + Sync {
     fn poll(&self) -> Result<()>;
     /// Whether a read-back has arrived.
     fn read_ready(&self, id: ReadId) -> bool;
-    /// The values of a read-back, waiting for them if needed.
-    fn take_read(&self, id: ReadId) -> Result<Vec<f32>>;
+    /// The words of a read-back (the buffer's bytes, whole words), waiting for them if needed.
+    fn take_read(&self, id: ReadId) -> Result<Vec<u32>>;
     /// Forgets a read-back nobody will take (its future was dropped or failed).
     fn discard_read(&self, id: ReadId);
     /// Turns subgroup operations in generated kernels on (where the device has them) or off.
     fn set_subgroups(&self, _on: bool) {}
     /// Whether generated kernels use subgroup operations.
     fn subgroups(&self) -> bool {
+        false
+    }
+    /// Turns native f16 buffers on (where the device has them) or off (f16 packed two to a word).
+    fn set_native_f16(&self, _on: bool) {}
+    /// Whether f16 buffers are bound natively.
+    fn native_f16(&self) -> bool {
         false
     }
     /// For downcasting to a concrete backend (interop accessors).

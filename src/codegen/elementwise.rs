@@ -1,8 +1,10 @@
 //! WGSL for elementwise kernels: one thread per element or per 4 elements, coordinates when views need them,
 //! strided loads, and concatenations as branches that only load the part they select.
 
-use super::{Builder, WORKGROUP_SIZE};
-use crate::kernel::{Access, Instr, Kernel, TILE};
+use super::{lane_type, Builder, Target, WORKGROUP_SIZE};
+use crate::dtype::DType;
+use crate::kernel::{Access, Instr, Kernel, Kind, TILE};
+use crate::op::Helper;
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -34,9 +36,112 @@ pub(super) struct Emitter<'a> {
     pub wide: bool,
     /// Cats by the index their parts' instructions start at.
     cat_starts: HashMap<usize, Vec<usize>>,
+    target: Target,
+    /// Whether outputs are stored 4 elements (whole words) per thread; otherwise narrow outputs are stored by
+    /// atomic read-modify-write of their word, as neighbouring elements belong to other threads.
+    wide_out: bool,
+}
+
+/// How a buffer of a dtype is bound and addressed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Storage {
+    /// One 32-bit element per array element (f32, i32, u32).
+    Word,
+    /// Native `f16` elements.
+    Half,
+    /// Narrow elements packed into `u32` words, `per` to a word.
+    Packed { per: u32 },
 }
 
 impl Emitter<'_> {
+    fn storage(&self, dt: DType) -> Storage {
+        match dt.size_in_bytes() {
+            4 => Storage::Word,
+            2 if dt == DType::F16 && self.target.f16 => Storage::Half,
+            n => Storage::Packed { per: 4 / n as u32 },
+        }
+    }
+
+    /// Whether input `n` is bound as 16-byte vectors.
+    fn vector_input(&self, n: usize) -> bool {
+        self.k.inputs[n].1 && self.storage(self.k.in_types[n]) == Storage::Word
+    }
+
+    /// Element `e` (a `u32` expression) of input `n`, as a lane.
+    pub fn elem(&mut self, n: usize, e: &str) -> String {
+        let dt = self.k.in_types[n];
+        match self.storage(dt) {
+            Storage::Word => format!("i{n}[{e}]"),
+            Storage::Half => format!("f32(i{n}[{e}])"),
+            Storage::Packed { .. } => format!("ld{n}({e})"),
+        }
+    }
+
+    /// Elements `4 t .. 4 t + 4` of input `n` as one vector lane, where the input is not bound as vectors.
+    fn elem4(&mut self, n: usize, t: &str) -> String {
+        let dt = self.k.in_types[n];
+        let ty = lane_type(dt, 4);
+        match (self.storage(dt), dt) {
+            (Storage::Packed { .. }, DType::F16) => {
+                format!("{ty}(unpack2x16float(i{n}[2u * {t}]), unpack2x16float(i{n}[2u * {t} + 1u]))")
+            }
+            (Storage::Packed { .. }, DType::BF16) => format!(
+                "bitcast<vec4<f32>>((vec4<u32>(i{n}[2u * {t}], i{n}[2u * {t}], i{n}[2u * {t} + 1u], i{n}[2u * {t} + 1u]) << vec4<u32>(16u, 0u, 16u, 0u)) & vec4<u32>(0xffff0000u))"
+            ),
+            (Storage::Packed { .. }, _) => {
+                format!("(vec4<u32>(i{n}[{t}]) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu)")
+            }
+            _ => {
+                let parts: Vec<String> = (0..4).map(|j| self.elem(n, &format!("4u * {t} + {j}u"))).collect();
+                format!("{ty}({})", parts.join(", "))
+            }
+        }
+    }
+
+    /// Stores `value` (a lane, or 4 lanes in a wide kernel) of output `o` at element `e`, or, wide, at elements
+    /// `4 e .. 4 e + 4`.
+    pub fn store(&mut self, o: usize, e: &str, value: &str) -> String {
+        let dt = self.k.out_types[o];
+        let wide = self.wide_out;
+        match self.storage(dt) {
+            Storage::Word => format!("o{o}[{e}] = {value};"),
+            Storage::Half if wide => format!("o{o}[{e}] = vec4<f16>({value});"),
+            Storage::Half => format!("o{o}[{e}] = f16({value});"),
+            Storage::Packed { .. } if wide => {
+                // The thread owns whole words: 2 of 16-bit elements, 1 of bytes.
+                let v = format!("v{o}_");
+                let words = match dt {
+                    DType::F16 => {
+                        self.b.need(&[Helper::HalfBits]);
+                        let h = "lz_h";
+                        vec![format!("{h}({v}.x) | ({h}({v}.y) << 16u)"), format!("{h}({v}.z) | ({h}({v}.w) << 16u)")]
+                    }
+                    DType::BF16 => {
+                        let w = |x: &str, y: &str| {
+                            format!("(bitcast<u32>({v}.{x}) >> 16u) | (bitcast<u32>({v}.{y}) & 0xffff0000u)")
+                        };
+                        vec![w("x", "y"), w("z", "w")]
+                    }
+                    _ => vec![format!("dot({v} << vec4<u32>(0u, 8u, 16u, 24u), vec4<u32>(1u))")],
+                };
+                let mut s = format!("let {v} = {value}; ");
+                let per = words.len();
+                for (j, w) in words.iter().enumerate() {
+                    let _ = write!(s, "o{o}[{per}u * {e} + {j}u] = {w}; ");
+                }
+                s
+            }
+            Storage::Packed { .. } => {
+                let bits = match dt {
+                    DType::F16 => format!("{}({value})", self.b.helper(Helper::HalfBits)),
+                    DType::BF16 => format!("bitcast<u32>({value}) >> 16u"),
+                    _ => value.to_string(),
+                };
+                format!("st{o}({e}, {bits});")
+            }
+        }
+    }
+
     /// The name of coordinate `axis` in `frame`.
     fn coord(&self, frame: usize, axis: usize) -> String {
         let mut f = frame;
@@ -66,50 +171,80 @@ impl Emitter<'_> {
 
     fn instr(&mut self, n: usize, depth: usize) {
         let wide = self.wide;
+        let dt = self.k.types[n];
+        let ty = self.b.ty(dt);
         let rhs = match &self.k.body[n] {
             Instr::Load { access: Access::Tile(t), .. } => format!("tile{t}[tx * {PITCH}u + ty + {STEP}u * k]"),
             Instr::Load { input, view: None, .. } => {
-                let vector = self.k.inputs[*input].1;
-                if !wide || vector {
+                if !wide {
+                    self.elem(*input, "i")
+                } else if self.vector_input(*input) {
                     format!("i{input}[i]")
                 } else {
-                    format!("vec4<f32>(i{input}[4u * i], i{input}[4u * i + 1u], i{input}[4u * i + 2u], i{input}[4u * i + 3u])")
+                    self.elem4(*input, "i")
                 }
             }
             Instr::Load { input, view: Some(v), access } => {
                 let ix = self.index(v.at, v.frame);
                 self.line(depth, &format!("let x{n} = {ix};"));
                 let inner = pi(v.at + self.k.shape.ndim() - 1);
+                let x = format!("u32(x{n})");
                 match (wide, access) {
-                    (false, _) => format!("i{input}[u32(x{n})]"),
-                    (true, Access::Vector) if self.k.inputs[*input].1 => format!("i{input}[u32(x{n}) / 4u]"),
-                    // The same input read another way too is bound as scalars: 4 adjacent loads.
-                    (true, Access::Vector) => format!(
-                        "vec4<f32>(i{input}[u32(x{n})], i{input}[u32(x{n}) + 1u], i{input}[u32(x{n}) + 2u], \
-                         i{input}[u32(x{n}) + 3u])"
-                    ),
-                    (true, Access::Splat) => format!("vec4<f32>(i{input}[u32(x{n})])"),
-                    (true, _) => format!(
-                        "vec4<f32>(i{input}[u32(x{n})], i{input}[u32(x{n} + {inner})], \
-                         i{input}[u32(x{n} + 2 * {inner})], i{input}[u32(x{n} + 3 * {inner})])"
-                    ),
+                    (false, _) => self.elem(*input, &x),
+                    (true, Access::Vector) if self.vector_input(*input) => format!("i{input}[{x} / 4u]"),
+                    (true, Access::Splat) => format!("{ty}({})", self.elem(*input, &x)),
+                    // The same input read another way too is bound as scalars: 4 loads.
+                    (true, Access::Vector) => {
+                        let parts: Vec<String> = (0..4).map(|j| self.elem(*input, &format!("{x} + {j}u"))).collect();
+                        format!("{ty}({})", parts.join(", "))
+                    }
+                    (true, _) => {
+                        let parts: Vec<String> =
+                            (0..4).map(|j| self.elem(*input, &format!("u32(x{n} + {j} * {inner})"))).collect();
+                        format!("{ty}({})", parts.join(", "))
+                    }
                 }
             }
-            Instr::Scalar(k) if wide => format!("vec4<f32>(bitcast<f32>(p[{k}]))"),
-            Instr::Scalar(k) => format!("bitcast<f32>(p[{k}])"),
-            Instr::Unary(op, a) => self.b.unary(*op, &format!("t{a}")),
-            Instr::Binary(op, a, b) => self.b.binary(*op, &format!("t{a}"), &format!("t{b}")),
+            Instr::Index { view: None } if wide => "vec4<i32>(i32(4u * i)) + vec4<i32>(0, 1, 2, 3)".to_string(),
+            Instr::Index { view: None } => "i32(i)".to_string(),
+            Instr::Index { view: Some(v) } => {
+                let ix = self.index(v.at, v.frame);
+                if wide {
+                    let inner = pi(v.at + self.k.shape.ndim() - 1);
+                    format!("vec4<i32>({ix}) + vec4<i32>(0, 1, 2, 3) * {inner}")
+                } else {
+                    ix
+                }
+            }
+            Instr::Scalar(k) => {
+                let one = lane_type(dt, 1);
+                if wide {
+                    format!("{ty}(bitcast<{one}>(p[{k}]))")
+                } else {
+                    format!("bitcast<{one}>(p[{k}])")
+                }
+            }
+            Instr::Unary(op, a) => self.b.unary(*op, dt, &format!("t{a}")),
+            Instr::Binary(op, a, b) => {
+                let operands = if op.is_compare() { self.k.types[*a] } else { dt };
+                self.b.binary(*op, operands, &format!("t{a}"), &format!("t{b}"))
+            }
+            Instr::Cast(a) => self.b.cast(self.k.types[*a], dt, &format!("t{a}")),
+            Instr::Select(c, a, b) => {
+                let u = self.b.ty(DType::U32);
+                format!("select(t{b}, t{a}, t{c} != {u}(0u))")
+            }
             Instr::Cat { .. } => return self.cat(n, depth),
-            Instr::Reduced => "folded".to_string(),
-            Instr::Folded(f) if wide => format!("vec4<f32>(f{f})"),
-            Instr::Folded(f) => format!("f{f}"),
+            Instr::Reduced => self.b.round(dt, "folded".to_string()),
+            Instr::Folded(f) if wide => self.b.round(dt, format!("{ty}(f{f})")),
+            Instr::Folded(f) => self.b.round(dt, format!("f{f}")),
         };
         self.line(depth, &format!("let t{n} = {rhs};"));
     }
 
     fn cat(&mut self, n: usize, depth: usize) {
         let Instr::Cat { frame, axis, parts } = &self.k.body[n] else { unreachable!() };
-        let ty = self.b.ty();
+        let ty = self.b.ty(self.k.types[n]);
         self.line(depth, &format!("var t{n}: {ty};"));
         let sel = self.coord(*frame, *axis);
         let last = parts.len() - 1;
@@ -152,31 +287,75 @@ impl Emitter<'_> {
 }
 
 impl<'a> Emitter<'a> {
-    /// An emitter for `k`, its bindings declared: 0 parameters, then outputs, then inputs.
-    pub fn new(k: &'a Kernel) -> Emitter<'a> {
-        let mut b = Builder::new(k.width);
-        b.params(k.params.len());
-        // Only elementwise kernels store 4 at a time; folds store one value per output.
-        let wide_out = k.width == 4 && k.kind == crate::kernel::Kind::Elementwise;
-        for o in 0..k.outputs.len() {
-            b.buffer(1 + o, &format!("o{o}"), wide_out, true);
-        }
-        for (i, &(_, vector)) in k.inputs.iter().enumerate() {
-            b.buffer(1 + k.outputs.len() + i, &format!("i{i}"), vector, false);
-        }
+    /// An emitter for `k` on `target`, its bindings declared: 0 parameters, then outputs, then inputs.
+    pub fn new(k: &'a Kernel, target: &Target) -> Emitter<'a> {
         let mut cat_starts: HashMap<usize, Vec<usize>> = HashMap::new();
         for (q, instr) in k.body.iter().enumerate() {
             if let Instr::Cat { parts, .. } = instr {
                 cat_starts.entry(parts.first().map_or(q, |p| p.body.start)).or_default().push(q);
             }
         }
-        Emitter { k, b, out: String::with_capacity(512 + 64 * k.body.len()), wide: k.width == 4, cat_starts }
+        // Only linear elementwise kernels store 4 at a time; folds, tiles and products store one value per output.
+        let wide_out = k.width == 4 && k.kind == Kind::Elementwise && k.tiles.is_empty();
+        let mut e = Emitter {
+            k,
+            b: Builder::new(k.width),
+            out: String::with_capacity(512 + 64 * k.body.len()),
+            wide: k.width == 4,
+            cat_starts,
+            target: *target,
+            wide_out,
+        };
+        e.b.params(k.params.len());
+        for (o, &dt) in k.out_types.iter().enumerate() {
+            let elem = match e.storage(dt) {
+                Storage::Word => lane_type(dt, if wide_out { 4 } else { 1 }),
+                Storage::Half if wide_out => "vec4<f16>",
+                Storage::Half => "f16",
+                Storage::Packed { .. } if wide_out => "u32",
+                Storage::Packed { per } => {
+                    // Neighbouring elements share a word and may belong to other threads: replace this element's
+                    // bits only, atomically.
+                    let (shift, mask) = if per == 2 { (1, "0xffffu") } else { (2, "0xffu") };
+                    let bits = 32 / per;
+                    e.b.decl(&format!(
+                        "fn st{o}(e: u32, v: u32) {{ let w = e >> {shift}u; let s = (e & {}u) * {bits}u; \
+                         atomicAnd(&o{o}[w], ~({mask} << s)); atomicOr(&o{o}[w], v << s); }}\n",
+                        per - 1
+                    ));
+                    "atomic<u32>"
+                }
+            };
+            e.b.buffer(1 + o, &format!("o{o}"), elem, true);
+        }
+        for (n, &dt) in k.in_types.iter().enumerate() {
+            let elem = match e.storage(dt) {
+                Storage::Word if e.vector_input(n) => lane_type(dt, 4),
+                Storage::Word => lane_type(dt, 1),
+                Storage::Half => "f16",
+                Storage::Packed { per } => {
+                    let load = match dt {
+                        DType::F16 => format!("return unpack2x16float(i{n}[e >> 1u])[e & 1u];"),
+                        DType::BF16 => format!("return bitcast<f32>((i{n}[e >> 1u] >> ((e & 1u) * 16u)) << 16u);"),
+                        _ => format!("return (i{n}[e >> 2u] >> ((e & 3u) * 8u)) & 0xffu;"),
+                    };
+                    let _ = per;
+                    e.b.decl(&format!("fn ld{n}(e: u32) -> {} {{ {load} }}\n", lane_type(dt, 1)));
+                    "u32"
+                }
+            };
+            e.b.buffer(1 + k.outputs.len() + n, &format!("i{n}"), elem, false);
+        }
+        if k.in_types.iter().chain(&k.out_types).any(|&dt| e.storage(dt) == Storage::Half) {
+            e.b.enable_f16();
+        }
+        e
     }
 }
 
 /// The WGSL source of an elementwise kernel.
-pub(super) fn generate(k: &Kernel) -> String {
-    let mut e = Emitter::new(k);
+pub(super) fn generate(k: &Kernel, target: &Target) -> String {
+    let mut e = Emitter::new(k, target);
     if k.tiles.is_empty() {
         linear_main(&mut e);
     } else {
@@ -216,7 +395,8 @@ fn linear_main(e: &mut Emitter) {
     }
     e.range(0..k.body.len(), 1);
     for (o, &(_, value)) in k.outputs.iter().enumerate() {
-        e.line(1, &format!("o{o}[i] = t{value};"));
+        let st = e.store(o, "i", &format!("t{value}"));
+        e.line(1, &st);
     }
     e.out.push_str("}\n");
 }
@@ -230,8 +410,9 @@ fn tiled_main(e: &mut Emitter) {
     let at = k.dims_at.expect("tiled kernels use coordinates");
     let (rows, cols) = (format!("p[{}]", at + rank - 2), format!("p[{}]", at + rank - 1));
     let per = TILE / STEP;
-    for t in 0..k.tiles.len() {
-        let _ = writeln!(e.out, "var<workgroup> tile{t}: array<f32, {}>;", TILE * PITCH);
+    for (t, &(input, _)) in k.tiles.iter().enumerate() {
+        let ty = lane_type(k.in_types[input], 1);
+        let _ = writeln!(e.out, "var<workgroup> tile{t}: array<{ty}, {}>;", TILE * PITCH);
     }
     let _ = write!(
         e.out,
@@ -271,7 +452,8 @@ fn tiled_main(e: &mut Emitter) {
         }
         for (t, &(input, view_at)) in k.tiles.iter().enumerate() {
             let ix = index_at(rank, view_at, &names);
-            e.line(3, &format!("tile{t}[(ty + {STEP}u * k) * {PITCH}u + tx] = i{input}[u32({ix})];"));
+            let v = e.elem(input, &format!("u32({ix})"));
+            e.line(3, &format!("tile{t}[(ty + {STEP}u * k) * {PITCH}u + tx] = {v};"));
         }
         e.line(2, "}");
     }
@@ -298,7 +480,8 @@ fn tiled_main(e: &mut Emitter) {
         e.line(3, &format!("let i = {idx};"));
         e.range(0..k.body.len(), 3);
         for (o, &(_, value)) in k.outputs.iter().enumerate() {
-            e.line(3, &format!("o{o}[i] = t{value};"));
+            let st = e.store(o, "i", &format!("t{value}"));
+            e.line(3, &st);
         }
         e.line(2, "}");
     }

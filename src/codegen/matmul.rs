@@ -2,15 +2,16 @@
 //! constants and with the generated functions it calls: the operands' loads (their prologues) and the epilogue.
 
 use super::elementwise::Emitter;
+use super::Target;
 use crate::kernel::{Kernel, Kind};
 use std::fmt::Write;
 
 const SKELETON: &str = include_str!("../../kernels/matmul.wgsl");
 
 /// The WGSL source of a matmul kernel.
-pub(super) fn generate(k: &Kernel) -> String {
+pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Matmul(mm) = k.kind else { unreachable!("a matmul kernel") };
-    let mut e = Emitter::new(k);
+    let mut e = Emitter::new(k, target);
     let rank = k.shape.ndim();
     let at = k.dims_at.expect("matmul kernels have their extents in the parameters");
     let t = mm.tile;
@@ -60,7 +61,8 @@ pub(super) fn generate(k: &Kernel) -> String {
     );
     e.range(mm.b_end..k.body.len(), 1);
     for (o, &(_, value)) in k.outputs.iter().enumerate() {
-        e.line(1, &format!("o{o}[i] = t{value};"));
+        let st = e.store(o, "i", &format!("t{value}"));
+        e.line(1, &st);
     }
     e.line(0, "}");
     e.out.push_str(SKELETON);

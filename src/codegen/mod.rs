@@ -1,15 +1,15 @@
 //! WGSL generation: turns the kernel IR into shader source. One file per kernel kind; this one holds what they
 //! share: bindings, helper functions and op spellings (from the op table).
 //!
-//! The source depends only on a kernel's structure (ops, bindings, which loads are strided, the rank), never on
-//! sizes, strides, offsets or scalar values, which travel in the parameter buffer. So the source itself is the
-//! pipeline cache key.
+//! The source depends only on a kernel's structure (ops, types, bindings, which loads are strided, the rank), never
+//! on sizes, strides, offsets or scalar values, which travel in the parameter buffer; [`Key`] is that structure.
 
 mod elementwise;
 mod matmul;
 mod reduce;
 mod rows;
 
+use crate::dtype::{Class, DType};
 use crate::kernel::{Kernel, Kind};
 use crate::op::{BinaryOp, Helper, UnaryOp};
 use std::fmt::Write;
@@ -17,7 +17,7 @@ use std::fmt::Write;
 /// Threads per workgroup.
 pub const WORKGROUP_SIZE: u32 = 256;
 
-/// Helper functions by name. They pin down IEEE behaviour that WGSL leaves open.
+/// Helper functions by name. They pin down IEEE behaviour and Rust's conversion rules that WGSL leaves open.
 fn helper_source(h: Helper) -> &'static str {
     match h {
         // Bit test: `x != x` may be folded away by compilers that assume no NaNs.
@@ -54,16 +54,105 @@ fn helper_source(h: Helper) -> &'static str {
 }
 "
         }
+        // By bits, not through f16 arithmetic or pack2x16float, whose rounding and overflow WGSL leaves to the
+        // implementation: normals drop 13 mantissa bits to nearest even; below 2^-14 the step is 2^-24, where
+        // `round` (ties to even in WGSL) does it; from 65520 up is infinity.
+        Helper::RoundF16 => {
+            "fn lz_f16(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    let a = b & 0x7fffffffu;
+    if (a >= 0x7f800000u) { return x; }
+    if (a >= 0x477ff000u) { return bitcast<f32>((b & 0x80000000u) | 0x7f800000u); }
+    if (a < 0x38800000u) { return round(x * 16777216.0) * 5.9604644775390625e-8; }
+    return bitcast<f32>((b & 0x80000000u) | ((a + 0xfffu + ((a >> 13u) & 1u)) & 0xffffe000u));
+}
+"
+        }
+        Helper::RoundBf16 => {
+            "fn lz_bf16(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return bitcast<f32>((b | 0x00400000u) & 0xffff0000u); }
+    return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
+}
+"
+        }
+        // Clamped before converting: WGSL's conversion of an out-of-range float is not Rust's saturation.
+        Helper::F2I => {
+            "fn lz_f2i(x: f32) -> i32 {
+    if (lz_isnan(x)) { return 0; }
+    if (x >= 2147483648.0) { return 2147483647; }
+    return i32(max(x, -2147483648.0));
+}
+"
+        }
+        Helper::F2U => {
+            "fn lz_f2u(x: f32) -> u32 {
+    if (lz_isnan(x)) { return 0u; }
+    if (x >= 4294967296.0) { return 4294967295u; }
+    return u32(max(x, 0.0));
+}
+"
+        }
+        Helper::HalfBits => {
+            "fn lz_h(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    let s = (b >> 16u) & 0x8000u;
+    let a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) { return s | 0x7e00u; }
+    if (a >= 0x47800000u) { return s | 0x7c00u; }
+    if (a < 0x38800000u) { return s | u32(bitcast<f32>(a) * 16777216.0); }
+    return s | ((a - 0x38000000u) >> 13u);
+}
+"
+        }
     }
 }
 
-/// The name of a two-operand helper, which vectorized kernels wrap componentwise.
-fn binary_helper_name(h: Helper) -> Option<&'static str> {
+/// Helpers in the order they are emitted, each after those it calls.
+const HELPERS: [Helper; 9] = [
+    Helper::IsNan,
+    Helper::Max,
+    Helper::Min,
+    Helper::Pow,
+    Helper::RoundF16,
+    Helper::RoundBf16,
+    Helper::F2I,
+    Helper::F2U,
+    Helper::HalfBits,
+];
+
+/// A helper's name, parameter types and result type, for its componentwise vec4 form.
+fn helper_signature(h: Helper) -> (&'static str, &'static [&'static str], &'static str) {
     match h {
-        Helper::IsNan => None,
-        Helper::Max => Some("lz_max"),
-        Helper::Min => Some("lz_min"),
-        Helper::Pow => Some("lz_pow"),
+        Helper::IsNan => ("lz_isnan", &["f32"], "bool"),
+        Helper::Max => ("lz_max", &["f32", "f32"], "f32"),
+        Helper::Min => ("lz_min", &["f32", "f32"], "f32"),
+        Helper::Pow => ("lz_pow", &["f32", "f32"], "f32"),
+        Helper::RoundF16 => ("lz_f16", &["f32"], "f32"),
+        Helper::RoundBf16 => ("lz_bf16", &["f32"], "f32"),
+        Helper::F2I => ("lz_f2i", &["f32"], "i32"),
+        Helper::F2U => ("lz_f2u", &["f32"], "u32"),
+        Helper::HalfBits => ("lz_h", &["f32"], "u32"),
+    }
+}
+
+/// The helpers a helper calls.
+fn helper_needs(h: Helper) -> &'static [Helper] {
+    match h {
+        Helper::Max | Helper::Min | Helper::Pow | Helper::F2I | Helper::F2U => &[Helper::IsNan],
+        _ => &[],
+    }
+}
+
+/// The WGSL type of a lane of `dt` at `width` (1 or 4).
+pub(crate) fn lane_type(dt: DType, width: usize) -> &'static str {
+    match (dt.class(), width) {
+        (Class::Float, 4) => "vec4<f32>",
+        (Class::Float, _) => "f32",
+        (Class::Int, 4) => "vec4<i32>",
+        (Class::Int, _) => "i32",
+        (_, 4) => "vec4<u32>",
+        _ => "u32",
     }
 }
 
@@ -75,11 +164,18 @@ pub(crate) struct Builder {
     wide_used: bool,
     decls: String,
     helpers: Vec<Helper>,
+    /// Whether the shader binds native f16 buffers (and so must enable them).
+    f16: bool,
 }
 
 impl Builder {
     pub fn new(width: usize) -> Builder {
-        Builder { width, wide_used: width == 4, decls: String::new(), helpers: Vec::new() }
+        Builder { width, wide_used: width == 4, decls: String::new(), helpers: Vec::new(), f16: false }
+    }
+
+    /// Enables the `f16` extension.
+    pub fn enable_f16(&mut self) {
+        self.f16 = true;
     }
 
     /// Spells what follows at `width` (a reduce kernel's prologue is vectorized, its tree and epilogue are not).
@@ -88,13 +184,9 @@ impl Builder {
         self.wide_used |= width == 4;
     }
 
-    /// The WGSL type of one value.
-    pub fn ty(&self) -> &'static str {
-        if self.width == 4 {
-            "vec4<f32>"
-        } else {
-            "f32"
-        }
+    /// The WGSL type of one value of `dt` at the current width.
+    pub fn ty(&self, dt: DType) -> &'static str {
+        lane_type(dt, self.width)
     }
 
     /// Binding 0: the parameter block, a fixed-size array. Every index into it is a constant, so no bounds check
@@ -103,60 +195,135 @@ impl Builder {
         let _ = writeln!(self.decls, "@group(0) @binding(0) var<storage, read> p: array<u32, {}>;", words.max(1));
     }
 
-    /// A storage binding `name` of `f32` (or `vec4<f32>` when `vector`).
-    pub fn buffer(&mut self, binding: usize, name: &str, vector: bool, writable: bool) {
+    /// A storage binding `name` of elements `elem` (a WGSL type).
+    pub fn buffer(&mut self, binding: usize, name: &str, elem: &str, writable: bool) {
         let access = if writable { "read_write" } else { "read" };
-        let elem = if vector { "vec4<f32>" } else { "f32" };
         let _ = writeln!(self.decls, "@group(0) @binding({binding}) var<storage, {access}> {name}: array<{elem}>;");
     }
 
-    fn need(&mut self, helpers: &[Helper]) {
-        for h in helpers {
-            if !self.helpers.contains(h) {
-                self.helpers.push(*h);
+    /// Declares a function or other text among the declarations.
+    pub fn decl(&mut self, text: &str) {
+        self.decls.push_str(text);
+    }
+
+    /// Notes that the body calls `helpers`.
+    pub fn need(&mut self, helpers: &[Helper]) {
+        for &h in helpers {
+            self.need(helper_needs(h));
+            if !self.helpers.contains(&h) {
+                self.helpers.push(h);
             }
         }
     }
 
-    fn spell(&self, template: &str, a: &str, b: &str) -> String {
+    fn spell(&self, template: &str, ty: &str, a: &str, b: &str) -> String {
         let v = if self.width == 4 { "4" } else { "" };
-        template.replace("{a}", a).replace("{b}", b).replace("{ty}", self.ty()).replace("{v}", v)
+        template.replace("{a}", a).replace("{b}", b).replace("{ty}", ty).replace("{v}", v)
     }
 
-    /// `op` applied to the WGSL expression `a`.
-    pub fn unary(&mut self, op: UnaryOp, a: &str) -> String {
-        self.need(op.helpers());
-        self.spell(op.wgsl(), a, "")
+    /// A helper's name at the current width.
+    pub fn helper(&mut self, h: Helper) -> String {
+        self.need(&[h]);
+        let v = if self.width == 4 { "4" } else { "" };
+        format!("{}{v}", helper_signature(h).0)
     }
 
-    /// `op` applied to the WGSL expressions `a` and `b`.
-    pub fn binary(&mut self, op: BinaryOp, a: &str, b: &str) -> String {
-        self.need(op.helpers());
-        self.spell(op.wgsl(), a, b)
+    /// `x` (a float lane) rounded to `dt` when that is f16 or bf16.
+    pub fn round(&mut self, dt: DType, x: String) -> String {
+        match dt {
+            DType::F16 => format!("{}({x})", self.helper(Helper::RoundF16)),
+            DType::BF16 => format!("{}({x})", self.helper(Helper::RoundBf16)),
+            _ => x,
+        }
+    }
+
+    /// `op` applied to the WGSL expression `a`, of type `dt`.
+    pub fn unary(&mut self, op: UnaryOp, dt: DType, a: &str) -> String {
+        if dt.is_float() {
+            self.need(op.helpers());
+        }
+        let x = self.spell(op.wgsl(dt.class()), self.ty(dt), a, "");
+        self.round(dt, x)
+    }
+
+    /// `op` applied to the WGSL expressions `a` and `b`, both of type `dt`.
+    pub fn binary(&mut self, op: BinaryOp, dt: DType, a: &str, b: &str) -> String {
+        let ty = self.ty(dt);
+        if op.is_compare() {
+            let cond = self.spell(op.wgsl(dt.class()), ty, a, b);
+            let cond = if dt.is_float() {
+                // Compilers may assume no NaNs; a bit test keeps IEEE's answers (all false but `!=`).
+                let nan = self.helper(Helper::IsNan);
+                match op {
+                    BinaryOp::Ne => format!("({cond}) | {nan}({a}) | {nan}({b})"),
+                    _ => format!("({cond}) & !({nan}({a}) | {nan}({b}))"),
+                }
+            } else {
+                cond
+            };
+            let u = self.ty(DType::U32);
+            return format!("select({u}(0u), {u}(1u), {cond})");
+        }
+        if dt.is_float() {
+            self.need(op.helpers());
+        }
+        let x = self.spell(op.wgsl(dt.class()), ty, a, b);
+        self.round(dt, x)
+    }
+
+    /// `x`, a lane of `from`, converted to `to` ([`DType::cast_lane`]).
+    pub fn cast(&mut self, from: DType, to: DType, x: &str) -> String {
+        let (f, i, u) = (self.ty(DType::F32), self.ty(DType::I32), self.ty(DType::U32));
+        match (from.class(), to.class()) {
+            (Class::Float, Class::Float) => self.round(to, x.to_string()),
+            (Class::Float, Class::Int) => format!("{}({x})", self.helper(Helper::F2I)),
+            (Class::Float, Class::Uint) => format!("{}({x})", self.helper(Helper::F2U)),
+            (Class::Float, Class::Bool) => {
+                format!("select({u}(0u), {u}(1u), (bitcast<{u}>({x}) & {u}(0x7fffffffu)) != {u}(0u))")
+            }
+            (_, Class::Float) => self.round(to, format!("{f}({x})")),
+            (Class::Int, Class::Uint) => format!("bitcast<{u}>({x})"),
+            (Class::Uint | Class::Bool, Class::Int) => format!("bitcast<{i}>({x})"),
+            (Class::Int, Class::Bool) => format!("select({u}(0u), {u}(1u), {x} != {i}(0))"),
+            (Class::Uint, Class::Bool) => format!("select({u}(0u), {u}(1u), {x} != {u}(0u))"),
+            _ => x.to_string(),
+        }
     }
 
     /// The whole shader: declarations, the helpers used (with vector forms in vectorized kernels), then `body`.
     pub fn finish(self, body: &str) -> String {
-        let mut s = self.decls;
-        // Helpers in a fixed order, each after those it calls.
-        for h in [Helper::IsNan, Helper::Max, Helper::Min, Helper::Pow] {
+        let mut s = if self.f16 { String::from("enable f16;\n") } else { String::new() };
+        s.push_str(&self.decls);
+        for h in HELPERS {
             if !self.helpers.contains(&h) {
                 continue;
             }
             s.push_str(helper_source(h));
-            if self.wide_used && h == Helper::IsNan {
+            if !self.wide_used {
+                continue;
+            }
+            let (name, params, ret) = helper_signature(h);
+            if h == Helper::IsNan {
                 s.push_str(
                     "fn lz_isnan4(x: vec4<f32>) -> vec4<bool> { \
                      return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u); }\n",
                 );
+                continue;
             }
-            if let (true, Some(name)) = (self.wide_used, binary_helper_name(h)) {
-                let _ = writeln!(
-                    s,
-                    "fn {name}4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {{ return vec4<f32>({name}(a.x, b.x), \
-                     {name}(a.y, b.y), {name}(a.z, b.z), {name}(a.w, b.w)); }}"
-                );
-            }
+            let args: Vec<String> = params.iter().enumerate().map(|(j, t)| format!("x{j}: vec4<{t}>")).collect();
+            let call = |c: &str| {
+                let a: Vec<String> = (0..params.len()).map(|j| format!("x{j}.{c}")).collect();
+                format!("{name}({})", a.join(", "))
+            };
+            let _ = writeln!(
+                s,
+                "fn {name}4({}) -> vec4<{ret}> {{ return vec4<{ret}>({}, {}, {}, {}); }}",
+                args.join(", "),
+                call("x"),
+                call("y"),
+                call("z"),
+                call("w")
+            );
         }
         s.push_str(body);
         s
@@ -168,15 +335,18 @@ impl Builder {
 pub struct Target {
     /// Subgroup operations (`subgroupAdd` and friends).
     pub subgroups: bool,
+    /// Native f16 storage (`wgpu::Features::SHADER_F16`): f16 buffers bind as `array<f16>`. Without it they bind as
+    /// words of two.
+    pub f16: bool,
 }
 
 /// The WGSL source of `kernel` for `target`. Bindings: 0 parameters, then outputs, then inputs.
 pub fn generate(kernel: &Kernel, target: &Target) -> String {
     match kernel.kind {
-        Kind::Elementwise => elementwise::generate(kernel),
+        Kind::Elementwise => elementwise::generate(kernel, target),
         Kind::Reduce(_) => reduce::generate(kernel, target),
         Kind::Rows { .. } => rows::generate(kernel, target),
-        Kind::Matmul(_) => matmul::generate(kernel),
+        Kind::Matmul(_) => matmul::generate(kernel, target),
     }
 }
 
@@ -191,6 +361,9 @@ pub struct Key {
     /// Per output, the instruction it stores.
     outputs: Vec<usize>,
     body: Vec<crate::kernel::Instr>,
+    types: Vec<DType>,
+    in_types: Vec<DType>,
+    out_types: Vec<DType>,
     frames: Vec<crate::kernel::Frame>,
     params: usize,
     dims_at: Option<usize>,
@@ -209,6 +382,9 @@ impl Key {
             inputs: kernel.inputs.iter().map(|i| i.1).collect(),
             outputs: kernel.outputs.iter().map(|o| o.1).collect(),
             body: kernel.body.clone(),
+            types: kernel.types.clone(),
+            in_types: kernel.in_types.clone(),
+            out_types: kernel.out_types.clone(),
             frames: kernel.frames.clone(),
             params: kernel.params.len(),
             dims_at: kernel.dims_at,

@@ -7,7 +7,8 @@
 //! order is fixed by the sizes alone: the same input gives the same bits on every run.
 
 use super::elementwise::Emitter;
-use super::{Target, WORKGROUP_SIZE};
+use super::{lane_type, Target, WORKGROUP_SIZE};
+use crate::dtype::DType;
 use crate::kernel::{Kernel, Kind};
 use crate::op::ReduceOp;
 use std::fmt::Write;
@@ -15,9 +16,10 @@ use std::fmt::Write;
 /// The WGSL source of a reduce kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Reduce(r) = k.kind else { unreachable!("a reduce kernel") };
-    let mut e = Emitter::new(k);
+    let mut e = Emitter::new(k, target);
     let rank = k.shape.ndim();
     let at = k.dims_at.expect("reduce kernels have coordinates");
+    let dt = k.types[r.value];
     let dim = |d: usize| format!("p[{}]", at + d);
     let wg = WORKGROUP_SIZE;
     let subgroups = target.subgroups && r.rows;
@@ -64,9 +66,9 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         } else {
             accumulate(&mut e, &f, "lo + lane_t", "team", "hi", 1);
         }
-        tree(&mut e, r.op, subgroups, 1);
+        tree(&mut e, r.op, dt, subgroups, 1);
         e.line(1, "if (lane_t != 0u || !valid) { return; }");
-        e.line(1, "let folded = red[root];");
+        e.line(1, &format!("let folded = bitcast<{}>(red[root]);", lane_type(dt, 1)));
     } else {
         accumulate(&mut e, &f, "lo", "1u", "hi", 1);
         e.line(1, "let folded = acc;");
@@ -80,13 +82,15 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
                 format!("u32(c{d})")
             }
         });
-        e.line(1, &format!("o0[{ix}] = folded;"));
+        let st = e.store(0, &ix, "folded");
+        e.line(1, &st);
     } else {
         e.line(1, &format!("let c{} = 0;", r.axis));
         e.line(1, "let i = o;");
         e.range(r.prologue..k.body.len(), 1);
         for (n, &(_, value)) in k.outputs.iter().enumerate() {
-            e.line(1, &format!("o{n}[o] = t{value};"));
+            let st = e.store(n, "o", &format!("t{value}"));
+            e.line(1, &st);
         }
     }
     e.out.push_str("}\n");
@@ -98,7 +102,8 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
 pub(super) fn main_header(e: &mut Emitter, tree: bool, subgroups: bool) {
     let wg = WORKGROUP_SIZE;
     if tree {
-        let _ = writeln!(e.out, "var<workgroup> red: array<f32, {wg}>;");
+        // Words, so folds of any lane type share it (through bitcasts).
+        let _ = writeln!(e.out, "var<workgroup> red: array<u32, {wg}>;");
     }
     let lanes =
         if subgroups { ", @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) lanes: u32" } else { "" };
@@ -134,9 +139,11 @@ pub(super) struct Fold {
 /// Declares `acc` and folds into it the elements `start`, `start + step`, ... below `end` along the fold's axis:
 /// `UNROLL` independent folds per step, so that many loads are in flight, combined in a fixed order after.
 pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end: &str, depth: usize) {
-    let identity = format!("bitcast<f32>({}u)", f.op.identity().to_bits());
+    // Accumulates in the value's lanes: f16 and bf16 values in f32, rounded only when the fold is read.
+    let dt = e.k.types[f.value].lanes();
+    let identity = format!("bitcast<{}>({}u)", lane_type(dt, 1), f.op.identity_lane(dt));
     // Wide: each step folds 4 adjacent elements as one vector (the range counts vectors); the lanes meet after.
-    let init = if e.wide { format!("vec4<f32>({identity})") } else { identity };
+    let init = if e.wide { format!("{}({identity})", lane_type(dt, 4)) } else { identity };
     for u in 0..UNROLL {
         e.line(depth, &format!("var acc{u} = {init};"));
     }
@@ -154,16 +161,16 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
     let mut pairs: Vec<String> = (0..UNROLL).map(|u| format!("acc{u}")).collect();
     while pairs.len() > 1 {
         let next: Vec<String> =
-            pairs.chunks(2).map(|p| format!("({})", e.b.binary(f.op.combine(), &p[0], &p[1]))).collect();
+            pairs.chunks(2).map(|p| format!("({})", e.b.binary(f.op.combine(), dt, &p[0], &p[1]))).collect();
         pairs = next;
     }
     if e.wide {
         e.line(depth, &format!("let acc4 = {};", pairs[0]));
         e.wide = false;
         e.b.set_width(1);
-        let xy = e.b.binary(f.op.combine(), "acc4.x", "acc4.y");
-        let zw = e.b.binary(f.op.combine(), "acc4.z", "acc4.w");
-        let all = e.b.binary(f.op.combine(), &format!("({xy})"), &format!("({zw})"));
+        let xy = e.b.binary(f.op.combine(), dt, "acc4.x", "acc4.y");
+        let zw = e.b.binary(f.op.combine(), dt, "acc4.z", "acc4.w");
+        let all = e.b.binary(f.op.combine(), dt, &format!("({xy})"), &format!("({zw})"));
         e.line(depth, &format!("let acc = {all};"));
     } else {
         e.line(depth, &format!("let acc = {};", pairs[0]));
@@ -173,8 +180,14 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
 /// Folds `acc` across each team (`team` threads, `lane_t` the thread's place in it) into `red[root]`, valid for
 /// every thread of the team after the last barrier: subgroups first where `subgroups` (and no subgroup is wider
 /// than the team), then a tree in workgroup memory.
-pub(super) fn tree(e: &mut Emitter, op: ReduceOp, subgroups: bool, depth: usize) {
-    let pair = |e: &mut Emitter, a: &str, b: &str| e.b.binary(op.combine(), a, b);
+pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, subgroups: bool, depth: usize) {
+    let dt = dt.lanes();
+    let ty = lane_type(dt, 1);
+    // `red` holds words: each operand is read through a bitcast and the result written back as bits.
+    let pair = |e: &mut Emitter, a: &str, b: &str| {
+        let v = e.b.binary(op.combine(), dt, &format!("bitcast<{ty}>({a})"), &format!("bitcast<{ty}>({b})"));
+        format!("bitcast<u32>({v})")
+    };
     e.line(depth, "var root: u32;");
     let d = if subgroups {
         e.line(depth, "if (lanes <= team) {");
@@ -185,14 +198,14 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, subgroups: bool, depth: usize)
             ReduceOp::Max => "subgroupMax",
             ReduceOp::Min => "subgroupMin",
         };
-        if matches!(op, ReduceOp::Max | ReduceOp::Min) {
+        if matches!(op, ReduceOp::Max | ReduceOp::Min) && dt.is_float() {
             // Hardware max and min may drop NaN; lazor's propagate it.
             e.line(depth + 1, "let nan = subgroupAny((bitcast<u32>(acc) & 0x7fffffffu) > 0x7f800000u);");
             e.line(depth + 1, &format!("let part = select({sg}(acc), bitcast<f32>(0x7fc00000u), nan);"));
         } else {
             e.line(depth + 1, &format!("let part = {sg}(acc);"));
         }
-        e.line(depth + 1, "if (lane == 0u) { red[lid.x / lanes] = part; }");
+        e.line(depth + 1, "if (lane == 0u) { red[lid.x / lanes] = bitcast<u32>(part); }");
         e.line(depth + 1, "workgroupBarrier();");
         e.line(depth + 1, "let base = (lid.x - lane_t) / lanes;");
         e.line(depth + 1, "for (var s = team / lanes / 2u; s > 0u; s = s >> 1u) {");
@@ -206,7 +219,7 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, subgroups: bool, depth: usize)
     } else {
         depth
     };
-    e.line(d, "red[lid.x] = acc;");
+    e.line(d, "red[lid.x] = bitcast<u32>(acc);");
     e.line(d, "workgroupBarrier();");
     e.line(d, "for (var s = team / 2u; s > 0u; s = s >> 1u) {");
     let p = pair(e, "red[lid.x]", "red[lid.x + s]");
@@ -231,7 +244,8 @@ fn element(e: &mut Emitter, f: &Fold, at: &str, acc: &str, depth: usize) {
     let ix = if e.wide { format!("({ix}) / 4u") } else { ix };
     e.line(depth, &format!("let i = {ix};"));
     e.range(f.body.clone(), depth);
-    let folded = e.b.binary(f.op.combine(), acc, &format!("t{}", f.value));
+    let dt = e.k.types[f.value].lanes();
+    let folded = e.b.binary(f.op.combine(), dt, acc, &format!("t{}", f.value));
     e.line(depth, &format!("{acc} = {folded};"));
 }
 

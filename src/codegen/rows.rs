@@ -4,13 +4,13 @@
 
 use super::elementwise::Emitter;
 use super::reduce::{accumulate, main_header, output_coords, row_major, tree, Fold};
-use super::{Target, WORKGROUP_SIZE};
+use super::{lane_type, Target, WORKGROUP_SIZE};
 use crate::kernel::{Kernel, Kind, Phase};
 
 /// The WGSL source of a rows kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Rows { axis, team_at } = k.kind else { unreachable!("a rows kernel") };
-    let mut e = Emitter::new(k);
+    let mut e = Emitter::new(k, target);
     let rank = k.shape.ndim();
     let at = k.dims_at.expect("rows kernels have coordinates");
     let dim = |d: usize| format!("p[{}]", at + d);
@@ -33,13 +33,17 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         match phase {
             Phase::Fold { op, body, value, output } => {
                 let fold = Fold { op: *op, axis, body: body.clone(), value: *value };
-                e.line(1, &format!("var f{n}: f32;"));
+                let dt = k.types[*value];
+                let ty = lane_type(dt.lanes(), 1);
+                e.line(1, &format!("var f{n}: {ty};"));
                 e.line(1, "{");
                 accumulate(&mut e, &fold, "lane_t", "team", "n", 2);
-                tree(&mut e, *op, target.subgroups, 2);
-                e.line(2, &format!("f{n} = red[root];"));
+                tree(&mut e, *op, dt, target.subgroups, 2);
+                e.line(2, &format!("f{n} = bitcast<{ty}>(red[root]);"));
                 if let Some(out) = output {
-                    e.line(2, &format!("if (lane_t == 0u && valid) {{ o{out}[o] = f{n}; }}"));
+                    let v = e.b.round(k.out_types[*out], format!("f{n}"));
+                    let st = e.store(*out, "o", &v);
+                    e.line(2, &format!("if (lane_t == 0u && valid) {{ {st} }}"));
                 }
                 // Before the next fold writes `red` again.
                 e.line(2, "workgroupBarrier();");
@@ -53,7 +57,8 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
                 e.line(2, &format!("let i = {ix};"));
                 e.range(body.clone(), 2);
                 for &out in outputs {
-                    e.line(2, &format!("o{out}[i] = t{};", k.outputs[out].1));
+                    let st = e.store(out, "i", &format!("t{}", k.outputs[out].1));
+                    e.line(2, &st);
                 }
                 e.line(1, "}");
             }

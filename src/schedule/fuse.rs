@@ -97,9 +97,9 @@ pub(super) fn materialize(
     for &id in order {
         let node = graph.node(id);
         let wants = match node.op {
-            Op::Unary(..) | Op::Binary(..) => !opts.fuse || outputs.contains(&id),
+            Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) => !opts.fuse || outputs.contains(&id),
             Op::Contiguous(_) | Op::Reduce(..) | Op::Matmul(..) => true,
-            Op::Const(_) | Op::View(..) | Op::Cat(..) => outputs.contains(&id),
+            Op::Const(_) | Op::Arange | Op::View(..) | Op::Cat(..) => outputs.contains(&id),
             Op::Data(_) | Op::Buffer => false,
         };
         let forced_here = forced.contains(&id) && node.op.is_compute();
@@ -118,7 +118,7 @@ pub(super) fn materialize(
         loop {
             // Views and copies compute nothing; a concatenation costs a comparison per part.
             let own_ops = match node.op {
-                Op::Unary(..) | Op::Binary(..) | Op::Reduce(..) | Op::Matmul(..) => 1,
+                Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) | Op::Reduce(..) | Op::Matmul(..) => 1,
                 Op::Cat(ref parts, _) => parts.len(),
                 _ => 0,
             };

@@ -11,6 +11,7 @@
 //! fails with the node that must be stored instead: the source of the innermost view on the way.
 
 use super::fuse::{Fusion, Group};
+use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
 use crate::kernel::{Access, CatPart, Frame, Instr, Kernel, Kind, ViewRef, TILE};
 use crate::shape::Shape;
@@ -125,16 +126,17 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 
-    /// The constant `value`, from the parameter block.
-    pub fn constant(&mut self, value: f32) -> usize {
-        let at = self.param(value.to_bits());
-        self.push(Instr::Scalar(at))
+    /// The constant `lane` of type `dt`, from the parameter block.
+    pub fn constant(&mut self, lane: u32, dt: DType) -> usize {
+        let at = self.param(lane);
+        self.push(Instr::Scalar(at), dt)
     }
 
-    /// The slot of a node's buffer, as an input of the kernel.
-    pub fn input(&mut self, slot: usize) -> usize {
+    /// The slot of a buffer holding `dt` elements, as an input of the kernel.
+    pub fn input(&mut self, slot: usize, dt: DType) -> usize {
         self.k.inputs.iter().position(|i| i.0 == slot).unwrap_or_else(|| {
             self.k.inputs.push((slot, false));
+            self.k.in_types.push(dt);
             self.k.inputs.len() - 1
         })
     }
@@ -151,6 +153,7 @@ impl<'a> Lowerer<'a> {
         }
         let s = self.slot(member);
         self.k.outputs.push((s, value));
+        self.k.out_types.push(self.graph.node(member).dtype);
         Some(self.k.outputs.len() - 1)
     }
 
@@ -177,16 +180,27 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    pub fn push(&mut self, instr: Instr) -> usize {
+    /// Appends `instr`, whose value has type `dt`.
+    pub fn push(&mut self, instr: Instr, dt: DType) -> usize {
         self.k.body.push(instr);
+        self.k.types.push(dt);
         self.k.body.len() - 1
     }
 
     fn load(&mut self, id: NodeId, m: &Mapping) -> usize {
         let slot = self.slot(id);
-        let input = self.input(slot);
+        let dt = self.graph.node(id).dtype;
+        let input = self.input(slot, dt);
+        match self.view_of(m) {
+            None => self.push(Instr::Load { input, view: None, access: Access::Own }, dt),
+            Some(view) => self.push(Instr::Load { input, view: Some(view), access: Access::Gather }, dt),
+        }
+    }
+
+    /// Where a read under `m` finds its element: `None` at the kernel's own index, else a view in the parameters.
+    fn view_of(&mut self, m: &Mapping) -> Option<ViewRef> {
         if self.is_identity(m) {
-            return self.push(Instr::Load { input, view: None, access: Access::Own });
+            return None;
         }
         self.need_coords();
         let key = (m.view.clone(), m.frame);
@@ -202,7 +216,7 @@ impl<'a> Lowerer<'a> {
                 at
             }
         };
-        self.push(Instr::Load { input, view: Some(ViewRef { at, frame: m.frame }), access: Access::Gather })
+        Some(ViewRef { at, frame: m.frame })
     }
 
     /// The instruction holding node `id` under mapping `m`. `anchor` is the node to store if a view on the way
@@ -216,39 +230,47 @@ impl<'a> Lowerer<'a> {
             // A fold of this rows kernel: its value for the row, or, read any other way, the member reading it
             // leaves the rows kernel.
             return match self.row_broadcast(id, m) {
-                true => Ok(self.push(Instr::Folded(f))),
+                true => Ok(self.push(Instr::Folded(f), self.graph.node(id).dtype)),
                 false => Err(self.current.unwrap_or(id)),
             };
         }
         let fail = anchor.unwrap_or(id);
         let node = self.graph.node(id);
         let computed_here = self.members.contains(&id) && self.is_identity(m);
+        let dt = node.dtype;
         let v = if computed_here && self.reduced == Some(id) {
-            self.push(Instr::Reduced)
+            self.push(Instr::Reduced, dt)
         } else if !computed_here && self.fusion.is_buffer(self.graph, id) {
             self.load(id, m)
         } else {
             match &node.op {
-                Op::Const(c) => self.constant(*c),
+                Op::Const(c) => self.constant(*c, dt),
+                Op::Arange => {
+                    let view = self.view_of(m);
+                    self.push(Instr::Index { view }, dt)
+                }
                 Op::Unary(op, a) => {
                     let a = self.value(*a, m, anchor)?;
                     self.k.fused_ops += 1;
-                    self.push(Instr::Unary(*op, a))
+                    self.push(Instr::Unary(*op, a), dt)
+                }
+                Op::Cast(a) => {
+                    let a = self.value(*a, m, anchor)?;
+                    self.k.fused_ops += 1;
+                    self.push(Instr::Cast(a), dt)
                 }
                 Op::Binary(op, a, b) => {
-                    let operand = |x: NodeId, this: &mut Self| -> Result<usize, NodeId> {
-                        let xs = &this.graph.node(x).shape;
-                        if *xs == node.shape {
-                            this.value(x, m, anchor)
-                        } else {
-                            let view = m.view.compose(&View::broadcast(xs, &node.shape)).ok_or(fail)?;
-                            this.value(x, &Mapping { view, frame: m.frame }, anchor)
-                        }
-                    };
-                    let a = operand(*a, self)?;
-                    let b = operand(*b, self)?;
+                    let a = self.operand(*a, &node.shape, m, anchor, fail)?;
+                    let b = self.operand(*b, &node.shape, m, anchor, fail)?;
                     self.k.fused_ops += 1;
-                    self.push(Instr::Binary(*op, a, b))
+                    self.push(Instr::Binary(*op, a, b), dt)
+                }
+                Op::Where(c, a, b) => {
+                    let c = self.operand(*c, &node.shape, m, anchor, fail)?;
+                    let a = self.operand(*a, &node.shape, m, anchor, fail)?;
+                    let b = self.operand(*b, &node.shape, m, anchor, fail)?;
+                    self.k.fused_ops += 1;
+                    self.push(Instr::Select(c, a, b), dt)
                 }
                 Op::View(v, src) => {
                     let view = m.view.compose(v).ok_or(fail)?;
@@ -263,6 +285,25 @@ impl<'a> Lowerer<'a> {
         };
         self.cache.insert(key, v);
         Ok(v)
+    }
+
+    /// Operand `x` of an elementwise node of shape `shape` evaluated under `m`: at the same mapping when the shapes
+    /// match, else through its broadcast.
+    fn operand(
+        &mut self,
+        x: NodeId,
+        shape: &Shape,
+        m: &Mapping,
+        anchor: Option<NodeId>,
+        fail: NodeId,
+    ) -> Result<usize, NodeId> {
+        let xs = &self.graph.node(x).shape;
+        if xs == shape {
+            self.value(x, m, anchor)
+        } else {
+            let view = m.view.compose(&View::broadcast(xs, shape)).ok_or(fail)?;
+            self.value(x, &Mapping { view, frame: m.frame }, anchor)
+        }
     }
 
     fn cat(&mut self, id: NodeId, parts: &[NodeId], dim: usize, m: &Mapping, fail: NodeId) -> Result<usize, NodeId> {
@@ -320,7 +361,7 @@ impl<'a> Lowerer<'a> {
             out.push(CatPart { bound, frame, body: lo..hi, value });
         }
         self.k.fused_ops += 1;
-        Ok(self.push(Instr::Cat { frame: m.frame, axis: d, parts: out }))
+        Ok(self.push(Instr::Cat { frame: m.frame, axis: d, parts: out }, self.graph.node(id).dtype))
     }
 
     /// Stages transposed operands through workgroup tiles when the kernel is big enough for it to pay: a view
@@ -476,8 +517,11 @@ pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
         kind,
         shape: shape.clone(),
         inputs: Vec::new(),
+        in_types: Vec::new(),
         outputs: Vec::new(),
+        out_types: Vec::new(),
         body: Vec::new(),
+        types: Vec::new(),
         frames: Vec::new(),
         params: vec![numel as u32],
         dims_at: None,

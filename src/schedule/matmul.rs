@@ -5,6 +5,7 @@
 use super::fuse::{Fusion, Group};
 use super::lower::{kernel, Lowerer};
 use super::reduce::{lower_fold, Fold};
+use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
 use crate::kernel::{Instr, Kernel, Kind, Matmul, MatmulTile};
 use crate::op::{BinaryOp, ReduceOp};
@@ -77,7 +78,7 @@ pub(super) fn lower(
 /// An operand's value at every element of its domain; a constant 0 when k = 0 (nothing is read).
 fn operand(l: &mut Lowerer, id: NodeId, domain: &Shape) -> Result<usize, NodeId> {
     if domain.numel() == 0 {
-        return Ok(l.constant(0.0));
+        return Ok(l.constant(0, DType::F32));
     }
     l.root(id, domain)
 }
@@ -163,9 +164,10 @@ fn matrix_vector(
     let mut value = |l: &mut Lowerer| -> Result<usize, NodeId> {
         let x = l.at(a, view_a.clone())?;
         let y = l.at(b, view_b.clone())?;
-        Ok(l.push(Instr::Binary(BinaryOp::Mul, x, y)))
+        // Products and their sum in f32, whatever the operands' float type: rounded once, at the end.
+        Ok(l.push(Instr::Binary(BinaryOp::Mul, x, y), DType::F32))
     };
     let axis = if k_inner { r - 1 } else { r - 2 };
-    let fold = Fold { op: ReduceOp::Sum, domain: Shape::from(domain), axis, value: &mut value };
+    let fold = Fold { op: ReduceOp::Sum, domain: Shape::from(domain), axis, dtype: DType::F32, value: &mut value };
     lower_fold(graph, fusion, grp, written, slot, scratch, fold)
 }

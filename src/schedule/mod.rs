@@ -83,7 +83,7 @@ impl Slots<'_> {
             (Op::Buffer, Some(key)) => Source::Existing(key),
             _ => Source::Kernel,
         };
-        let bytes = (node.shape.numel() * node.dtype.size()) as u64;
+        let bytes = node.dtype.bytes(node.shape.numel());
         self.slots.push(Slot { node: id, bytes, source });
         self.of.insert(id, self.slots.len() - 1);
         self.slots.len() - 1
@@ -206,14 +206,14 @@ mod tests {
 
     fn data(g: &mut Graph, shape: &[usize]) -> NodeId {
         let s = Shape::from(shape);
-        g.add(Op::Data(vec![0.0; s.numel()]), s, DType::F32)
+        g.add(Op::Data(vec![0; s.numel()]), s, DType::F32)
     }
     fn bin(g: &mut Graph, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
         let s = g.node(a).shape.broadcast(&g.node(b).shape).unwrap();
         g.add(Op::Binary(op, a, b), s, DType::F32)
     }
     fn scalar(g: &mut Graph, v: f32) -> NodeId {
-        g.add(Op::Const(v), Shape::from([]), DType::F32)
+        g.add(Op::Const(v.to_bits()), Shape::from([]), DType::F32)
     }
     /// `((a + b) * 5.0 - c) / 2.0`
     fn chain3(g: &mut Graph, n: usize) -> NodeId {

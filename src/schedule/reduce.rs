@@ -4,6 +4,7 @@
 
 use super::fuse::{Fusion, Group};
 use super::lower::{kernel, Lowerer};
+use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase, Reduce};
 use crate::shape::Shape;
@@ -42,6 +43,8 @@ pub(super) struct Fold<'f> {
     pub op: crate::op::ReduceOp,
     pub domain: Shape,
     pub axis: usize,
+    /// The type of the folded value.
+    pub dtype: DType,
     pub value: &'f mut dyn FnMut(&mut Lowerer) -> Result<usize, NodeId>,
 }
 
@@ -60,7 +63,8 @@ pub(super) fn lower(
     };
     let domain = graph.node(x).shape.clone();
     let mut value = |l: &mut Lowerer| l.root(x, &graph.node(x).shape);
-    lower_fold(graph, fusion, grp, written, slot, scratch, Fold { op, domain, axis, value: &mut value })
+    let dtype = graph.node(x).dtype;
+    lower_fold(graph, fusion, grp, written, slot, scratch, Fold { op, domain, axis, dtype, value: &mut value })
 }
 
 /// Lowers `fold` with the rest of the group as its epilogue, in one kernel or two.
@@ -73,7 +77,7 @@ pub(super) fn lower_fold(
     scratch: &mut dyn FnMut(u64) -> usize,
     fold: Fold,
 ) -> Result<Vec<Kernel>, NodeId> {
-    let Fold { op, domain: input, axis, value: fold_value } = fold;
+    let Fold { op, domain: input, axis, dtype, value: fold_value } = fold;
     let mut out_dims = input.dims().to_vec();
     out_dims[axis] = 1;
     let out = Shape::from(out_dims);
@@ -88,7 +92,7 @@ pub(super) fn lower_fold(
     l.need_coords();
     let chunks_at = l.param(c as u32);
     let team_at = l.param(team(n.div_ceil(c)));
-    let value = folded_value(&mut l, &input, op, fold_value)?;
+    let value = folded_value(&mut l, &input, op, dtype, fold_value)?;
     let info = Reduce { op, axis, rows, prologue: l.k.body.len(), value, chunks_at, team_at, partial: c > 1 };
     l.k.fused_ops += 1;
     if c == 1 {
@@ -104,9 +108,12 @@ pub(super) fn lower_fold(
     let mut partial_dims = out.dims().to_vec();
     partial_dims[axis] = c;
     let partial_shape = Shape::from(partial_dims);
+    // Partial folds keep the accumulator's lanes (f32 for f16 and bf16), rounded only once, at the end.
+    let lanes = l.k.types[value].lanes();
     let partials = scratch(partial_shape.numel() as u64 * 4);
     l.k.kind = Kind::Reduce(info);
     l.k.outputs.push((partials, value));
+    l.k.out_types.push(lanes);
     if rows {
         l.vectorize_fold(info.prologue, axis);
     }
@@ -116,24 +123,25 @@ pub(super) fn lower_fold(
     l.need_coords();
     let chunks_at = l.param(1);
     let team_at = l.param(team(c));
-    let input = l.input(partials);
-    let value = l.push(Instr::Load { input, view: None, access: Access::Own });
+    let input = l.input(partials, lanes);
+    let value = l.push(Instr::Load { input, view: None, access: Access::Own }, lanes);
     let info = Reduce { op, axis, rows, prologue: 1, value, chunks_at, team_at, partial: false };
     l.k.kind = Kind::Reduce(info);
     l.epilogue(&grp.members, &out, Some(grp.members[0]), written)?;
     Ok(vec![first, l.k])
 }
 
-/// The element a fold folds: its input evaluated per element, or, over an empty axis, never evaluated (the fold
-/// is its identity), so an empty input is not lowered at all.
+/// The element a fold folds (of type `dt`): its input evaluated per element, or, over an empty axis, never
+/// evaluated (the fold is its identity), so an empty input is not lowered at all.
 fn folded_value(
     l: &mut Lowerer,
     domain: &Shape,
     op: crate::op::ReduceOp,
+    dt: DType,
     value: &mut dyn FnMut(&mut Lowerer) -> Result<usize, NodeId>,
 ) -> Result<usize, NodeId> {
     if domain.numel() == 0 {
-        return Ok(l.constant(op.identity()));
+        return Ok(l.constant(op.identity_lane(dt), dt));
     }
     value(l)
 }
@@ -160,7 +168,8 @@ pub(super) fn lower_rows(
         l.current = Some(member);
         let lo = l.k.body.len();
         if let Op::Reduce(op, input, _) = graph.node(member).op {
-            let value = folded_value(&mut l, &domain, op, &mut |l: &mut Lowerer| l.root(input, &domain))?;
+            let dt = graph.node(input).dtype;
+            let value = folded_value(&mut l, &domain, op, dt, &mut |l: &mut Lowerer| l.root(input, &domain))?;
             let output = l.output(member, value, written);
             l.k.phases.push(Phase::Fold { op, body: lo..l.k.body.len(), value, output });
             let phase = l.folds.len();

@@ -37,7 +37,7 @@ mod tests {
     fn diamond_is_ordered_once() {
         let mut g = Graph::default();
         let s = || Shape::from([3]);
-        let a = g.add(Op::Data(vec![0.0; 3]), s(), DType::F32);
+        let a = g.add(Op::Data(vec![0; 3]), s(), DType::F32);
         let b = g.add(Op::Unary(UnaryOp::Exp, a), s(), DType::F32);
         let c = g.add(Op::Unary(UnaryOp::Sin, a), s(), DType::F32);
         let d = g.add(Op::Binary(BinaryOp::Add, b, c), s(), DType::F32);
@@ -50,7 +50,7 @@ mod tests {
     #[test]
     fn long_chain_does_not_overflow() {
         let mut g = Graph::default();
-        let mut x = g.add(Op::Data(vec![0.0; 1]), Shape::from([1]), DType::F32);
+        let mut x = g.add(Op::Data(vec![0; 1]), Shape::from([1]), DType::F32);
         for _ in 0..100_000 {
             x = g.add(Op::Unary(UnaryOp::Neg, x), Shape::from([1]), DType::F32);
         }

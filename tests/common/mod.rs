@@ -1,7 +1,7 @@
 //! Shared test helpers: a real device (never skipped), deterministic random data, and reference comparison.
 #![allow(dead_code)]
 
-use lazor::{Device, Tensor};
+use lazor::{DType, Device, Tensor};
 
 /// Fresh devices, one per backend a test runs on, so each test reads its own counters: the CPU backend always,
 /// and a wgpu device when one opens. `LAZOR_TEST_BACKENDS` (e.g. `cpu,vulkan`, as `.ci/run` sets it) names the
@@ -90,11 +90,22 @@ pub fn assert_close(got: &[f32], want: &[f32], rel: f32, abs: f32, what: &str) {
     }
 }
 
-/// Computes `t` on the CPU reference, then on the GPU, and compares.
+/// Computes `t` on the CPU reference, then on the device, and compares: floats to the tolerance, integers and
+/// bools exactly. Returns the device's values as f32.
 #[track_caller]
 pub fn check(t: &Tensor, rel: f32, abs: f32, what: &str) -> Vec<f32> {
-    let want = lazor::reference::eval(&[t]).pop().unwrap();
-    let got = t.to_vec();
-    assert_close(&got, &want, rel, abs, what);
-    got
+    let want = lazor::reference::eval_lanes(&[t]).pop().unwrap();
+    let got = lazor::reference::device_lanes(t);
+    let dt = t.dtype();
+    let as_f32 =
+        |lanes: &[u32]| -> Vec<f32> { lanes.iter().map(|&l| f32::from_bits(DType::F32.cast_lane(dt, l))).collect() };
+    if dt.is_float() {
+        assert_close(&as_f32(&got), &as_f32(&want), rel, abs, &format!("{what} ({dt})"));
+    } else {
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "{what} ({dt}): element {i}: got {g:#x}, want {w:#x}");
+        }
+        assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    }
+    as_f32(&got)
 }

@@ -2,8 +2,10 @@
 //! compiler vectorizes, no temporaries of the tensor's size), batches in parallel on rayon.
 
 use super::simd;
+use crate::dtype::{Class, DType};
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase};
-use crate::op::ReduceOp;
+use crate::op::{IntBits, IntLane, ReduceOp};
+use bytemuck::{cast_slice, cast_slice_mut};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -104,10 +106,12 @@ pub(super) fn param(k: &Kernel, at: usize) -> i64 {
     k.params[at] as i32 as i64
 }
 
-/// A kernel being run: its IR, its inputs, and where each concatenation's parts start.
+/// A kernel being run: its IR, its inputs (words, as stored), and where each concatenation's parts start.
 struct Ctx<'a> {
     k: &'a Kernel,
     inputs: &'a [&'a [f32]],
+    /// Inputs whose elements are 32-bit words, read in place; narrower ones are widened to lanes as they load.
+    word_inputs: Vec<bool>,
     /// For each instruction, the concatenations whose parts start there (outermost last).
     cats: Vec<Vec<usize>>,
     /// For each strided load, its strides and offset, read from the parameters once.
@@ -133,7 +137,18 @@ impl<'a> Ctx<'a> {
                 _ => None,
             })
             .collect();
-        Ctx { k, inputs, cats, views }
+        let word_inputs = k.in_types.iter().map(|d| d.size_in_bytes() == 4).collect();
+        Ctx { k, inputs, word_inputs, cats, views }
+    }
+
+    /// Element `i` of input `n`, as a lane.
+    #[inline]
+    fn elem(&self, n: usize, i: usize) -> f32 {
+        if self.word_inputs[n] {
+            self.inputs[n][i]
+        } else {
+            f32::from_bits(self.k.in_types[n].load(bytemuck::cast_slice(self.inputs[n]), i))
+        }
     }
 }
 
@@ -162,7 +177,7 @@ impl Regs {
 
 /// Evaluates instructions `range` over `batch`, each into `regs`.
 fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
-    let (k, inputs) = (ctx.k, ctx.inputs);
+    let k = ctx.k;
     let n = batch.len;
     let mut i = range.start;
     while i < range.end {
@@ -173,29 +188,48 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
             continue;
         }
         if let (Instr::Load { input, view: None, .. }, Own::From(lo)) = (&k.body[i], &batch.own) {
-            regs.window[i] = Some((*input, *lo));
-            i += 1;
-            continue;
+            if ctx.word_inputs[*input] {
+                regs.window[i] = Some((*input, *lo));
+                i += 1;
+                continue;
+            }
         }
         regs.window[i] = None;
         // Every instruction overwrites its register whole, so it is only resized, never cleared.
         let mut out = std::mem::take(&mut regs.vals[i]);
         out.resize(n, 0.0);
+        let dt = k.types[i];
         match &k.body[i] {
             Instr::Load { input, view: None, .. } => match &batch.own {
-                Own::From(_) => unreachable!("a window, above"),
-                Own::At(at) => out.iter_mut().zip(at).for_each(|(o, &j)| *o = inputs[*input][j]),
+                Own::From(lo) => out.iter_mut().enumerate().for_each(|(j, o)| *o = ctx.elem(*input, lo + j)),
+                Own::At(at) => out.iter_mut().zip(at).for_each(|(o, &j)| *o = ctx.elem(*input, j)),
             },
             Instr::Load { input, view: Some(_), access } => {
                 debug_assert!(!matches!(access, Access::Own));
-                let src = inputs[*input];
                 let (strides, offset) = ctx.views[i].as_ref().expect("a strided load's view");
                 for (j, o) in out.iter_mut().enumerate() {
-                    let mut at = *offset;
-                    for (c, s) in batch.coords.iter().zip(strides) {
-                        at += c[j] * s;
-                    }
-                    *o = src[at as usize];
+                    *o = ctx.elem(*input, view_index(&batch.coords, j, strides, *offset));
+                }
+            }
+            Instr::Index { view: None } => match &batch.own {
+                Own::From(lo) => out.iter_mut().enumerate().for_each(|(j, o)| *o = f32::from_bits((lo + j) as u32)),
+                Own::At(at) => out.iter_mut().zip(at).for_each(|(o, &j)| *o = f32::from_bits(j as u32)),
+            },
+            Instr::Index { view: Some(_) } => {
+                let (strides, offset) = ctx.views[i].as_ref().expect("an index's view");
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = f32::from_bits(view_index(&batch.coords, j, strides, *offset) as u32);
+                }
+            }
+            Instr::Cast(a) => {
+                let from = k.types[*a];
+                let src = regs.get(ctx, *a, n);
+                out.iter_mut().zip(src).for_each(|(o, &x)| *o = f32::from_bits(dt.cast_lane(from, x.to_bits())));
+            }
+            Instr::Select(c, a, b) => {
+                let (c, a, b) = (regs.get(ctx, *c, n), regs.get(ctx, *a, n), regs.get(ctx, *b, n));
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = if c[j].to_bits() != 0 { a[j] } else { b[j] };
                 }
             }
             // The same value for every batch of a task: filled when the batch length changes, not per batch.
@@ -206,14 +240,90 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
                     regs.filled[i] = n;
                 }
             }
-            Instr::Unary(op, a) => simd::unary(*op, regs.get(ctx, *a, n), &mut out),
-            Instr::Binary(op, a, b) => simd::binary(*op, regs.get(ctx, *a, n), regs.get(ctx, *b, n), &mut out),
-            Instr::Reduced => out.copy_from_slice(&batch.folded),
-            Instr::Folded(f) => out.fill(batch.folds[*f]),
+            Instr::Unary(op, a) => {
+                let a = regs.get(ctx, *a, n);
+                match dt.class() {
+                    Class::Float => simd::unary(*op, a, &mut out),
+                    Class::Int => op.eval_int_slice::<i32>(false, cast_slice(a), cast_slice_mut(&mut out)),
+                    Class::Uint => op.eval_int_slice::<u32>(false, cast_slice(a), cast_slice_mut(&mut out)),
+                    Class::Bool => op.eval_int_slice::<u32>(true, cast_slice(a), cast_slice_mut(&mut out)),
+                }
+                round(dt, &mut out);
+            }
+            Instr::Binary(op, a, b) => {
+                let (x, y) = (regs.get(ctx, *a, n), regs.get(ctx, *b, n));
+                let operands = k.types[*a];
+                if op.is_compare() {
+                    let o: &mut [u32] = cast_slice_mut(&mut out);
+                    match operands.class() {
+                        Class::Float => op.compare_slice(x, y, o),
+                        Class::Int => op.compare_slice::<i32>(cast_slice(x), cast_slice(y), o),
+                        Class::Uint | Class::Bool => op.compare_slice::<u32>(cast_slice(x), cast_slice(y), o),
+                    }
+                } else {
+                    match dt.class() {
+                        Class::Float => simd::binary(*op, x, y, &mut out),
+                        Class::Int => {
+                            op.eval_int_slice::<i32>(false, cast_slice(x), cast_slice(y), cast_slice_mut(&mut out))
+                        }
+                        Class::Uint => {
+                            op.eval_int_slice::<u32>(false, cast_slice(x), cast_slice(y), cast_slice_mut(&mut out))
+                        }
+                        Class::Bool => {
+                            op.eval_int_slice::<u32>(true, cast_slice(x), cast_slice(y), cast_slice_mut(&mut out))
+                        }
+                    }
+                    round(dt, &mut out);
+                }
+            }
+            Instr::Reduced => {
+                out.copy_from_slice(&batch.folded);
+                round(dt, &mut out);
+            }
+            Instr::Folded(f) => out.fill(f32::from_bits(dt.cast_lane(dt.lanes(), batch.folds[*f].to_bits()))),
             Instr::Cat { .. } => unreachable!("handled above"),
         }
         regs.vals[i] = out;
         i += 1;
+    }
+}
+
+/// The element index a strided read reaches at element `j` of a batch.
+#[inline]
+fn view_index(coords: &[Vec<i64>], j: usize, strides: &[i64], offset: i64) -> usize {
+    let mut at = offset;
+    for (c, s) in coords.iter().zip(strides) {
+        at += c[j] * s;
+    }
+    at as usize
+}
+
+/// Rounds f16 and bf16 lanes to their type, after an op computed them in f32.
+fn round(dt: DType, lanes: &mut [f32]) {
+    if matches!(dt, DType::F16 | DType::BF16) {
+        lanes.iter_mut().for_each(|x| *x = dt.round(*x));
+    }
+}
+
+/// Stores `lanes` of type `dt` at elements `at..` of the output buffer `out` (words as stored).
+///
+/// # Safety
+/// The elements must be inside the buffer and written by no other thread at the same time.
+unsafe fn store(out: Out, dt: DType, at: usize, lanes: &[f32]) {
+    match dt.size_in_bytes() {
+        4 => std::ptr::copy_nonoverlapping(lanes.as_ptr(), out.at(at), lanes.len()),
+        2 => {
+            let base = (out.0 as *mut u16).add(at);
+            for (j, &l) in lanes.iter().enumerate() {
+                *base.add(j) = dt.store_bits(l.to_bits()) as u16;
+            }
+        }
+        _ => {
+            let base = (out.0 as *mut u8).add(at);
+            for (j, &l) in lanes.iter().enumerate() {
+                *base.add(j) = dt.store_bits(l.to_bits()) as u8;
+            }
+        }
     }
 }
 
@@ -272,16 +382,18 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
 /// Runs an elementwise kernel.
 pub(super) fn elementwise(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
     let values: Vec<usize> = k.outputs.iter().map(|&(_, v)| v).collect();
-    map(k, 0..k.body.len(), inputs, &values, outputs, None);
+    map(k, 0..k.body.len(), inputs, &values, &k.out_types, outputs, None);
 }
 
-/// Runs instructions `range` of `k` at every element of its shape, storing the values of instructions `values` to
-/// `outputs` at the element's row-major index; `reduced`, if given, is [`Instr::Reduced`] at each element.
+/// Runs instructions `range` of `k` at every element of its shape, storing the values of instructions `values` as
+/// `types` to `outputs` at the element's row-major index; `reduced`, if given, is [`Instr::Reduced`] at each
+/// element.
 pub(super) fn map(
     k: &Kernel,
     range: Range<usize>,
     inputs: &[&[f32]],
     values: &[usize],
+    types: &[DType],
     outputs: &mut [&mut [f32]],
     reduced: Option<&[f32]>,
 ) {
@@ -300,26 +412,49 @@ pub(super) fn map(
                 batch.folded.extend_from_slice(&r[lo..hi]);
             }
             eval(&ctx, range.clone(), &batch, &mut regs);
-            for (o, &v) in outs.iter().zip(values) {
+            for ((o, &v), &dt) in outs.iter().zip(values).zip(types) {
                 // SAFETY: tasks write disjoint ranges `lo..hi` of outputs of `numel` elements.
-                let dst = unsafe { std::slice::from_raw_parts_mut(o.0.add(lo), hi - lo) };
-                dst.copy_from_slice(regs.get(&ctx, v, hi - lo));
+                unsafe { store(*o, dt, lo, regs.get(&ctx, v, hi - lo)) };
             }
         }
     });
 }
 
-/// `values` folded with `op`: 8 interleaved running folds (element `j` into fold `j % 8`, which the compiler
-/// vectorizes), then the 8 pairwise. The order depends on the length alone.
-fn tree(op: ReduceOp, values: &[f32]) -> f32 {
-    let mut acc = [op.identity(); 8];
-    simd::fold8(op, values, &mut acc);
-    let f = op.combine();
-    let (a, b) = (
-        f.eval(f.eval(acc[0], acc[4]), f.eval(acc[2], acc[6])),
-        f.eval(f.eval(acc[1], acc[5]), f.eval(acc[3], acc[7])),
-    );
-    f.eval(a, b)
+/// `values` (lanes of `dt`, accumulating in its lanes) folded with `op`. Floats: 8 interleaved running folds
+/// (element `j` into fold `j % 8`, which the compiler vectorizes), then the 8 pairwise: the order depends on the
+/// length alone. Integers fold in order (their folds are associative).
+fn tree(op: ReduceOp, dt: DType, values: &[f32]) -> f32 {
+    match dt.class() {
+        Class::Float => {
+            let mut acc = [op.identity(); 8];
+            simd::fold8(op, values, &mut acc);
+            let f = op.combine();
+            let (a, b) = (
+                f.eval(f.eval(acc[0], acc[4]), f.eval(acc[2], acc[6])),
+                f.eval(f.eval(acc[1], acc[5]), f.eval(acc[3], acc[7])),
+            );
+            f.eval(a, b)
+        }
+        Class::Int => f32::from_bits(int_fold::<i32>(op, dt, cast_slice(values)) as u32),
+        Class::Uint | Class::Bool => f32::from_bits(int_fold::<u32>(op, dt, cast_slice(values))),
+    }
+}
+
+/// An integer fold, one loop per op so each vectorizes.
+fn int_fold<T: IntLane + IntBits + bytemuck::Pod>(op: ReduceOp, dt: DType, values: &[T]) -> T {
+    let bits = |t: T| t.to_u32();
+    let id = T::from_u32(op.identity_lane(dt));
+    match op {
+        ReduceOp::Sum => values.iter().fold(id, |a, &x| T::from_u32(bits(a).wrapping_add(bits(x)))),
+        ReduceOp::Prod => values.iter().fold(id, |a, &x| T::from_u32(bits(a).wrapping_mul(bits(x)))),
+        ReduceOp::Max => values.iter().fold(id, |a, &x| a.max(x)),
+        ReduceOp::Min => values.iter().fold(id, |a, &x| a.min(x)),
+    }
+}
+
+/// Combines two partial folds (lanes of `dt`).
+fn combine(op: ReduceOp, dt: DType, a: f32, b: f32) -> f32 {
+    f32::from_bits(op.combine().eval_lane(dt, a.to_bits(), b.to_bits()))
 }
 
 /// Runs a reduce kernel: each (block of outputs, chunk of the axis) is one parallel task; each output folds its
@@ -338,6 +473,7 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     out_dims[r.axis] = 1;
     let strided =
         k.body[..r.prologue].iter().any(|i| matches!(i, Instr::Load { view: Some(_), .. } | Instr::Cat { .. }));
+    let lanes = k.types[r.value].lanes();
     tasks(blocks * chunks, |t| {
         let (b, j) = (t / chunks, t % chunks);
         let block = b * BATCH..out_count.min((b + 1) * BATCH);
@@ -346,12 +482,12 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
         let mut folded = Vec::with_capacity(block.len());
         for o in block.clone() {
             let base = unravel(o, &out_dims);
-            let mut acc = r.op.identity();
+            let mut acc = f32::from_bits(r.op.identity_lane(lanes));
             for s in (lo..hi).step_by(BATCH) {
                 let e = hi.min(s + BATCH);
                 let batch = along_axis(&dims, r.axis, r.rows, &base, s..e, strided);
                 eval(&ctx, 0..r.prologue, &batch, &mut regs);
-                acc = r.op.combine().eval(acc, tree(r.op, regs.get(&ctx, r.value, e - s)));
+                acc = combine(r.op, lanes, acc, tree(r.op, lanes, regs.get(&ctx, r.value, e - s)));
             }
             folded.push(acc);
         }
@@ -363,7 +499,7 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
                 c[r.axis] = j as i64;
                 let at = c.iter().zip(&part_dims).fold(0usize, |a, (&c, &d)| a * d + c as usize);
                 // SAFETY: each (output, chunk) pair is written by exactly one task.
-                unsafe { *outs[0].0.add(at) = v };
+                unsafe { store(outs[0], k.out_types[0], at, &[v]) };
             }
             return;
         }
@@ -372,10 +508,10 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             .collect();
         let batch = Batch { len: block.len(), own: Own::From(block.start), coords, folded, folds: Vec::new() };
         eval(&ctx, r.prologue..k.body.len(), &batch, &mut regs);
-        for (o, &(_, v)) in outs.iter().zip(&k.outputs) {
-            // SAFETY: blocks of outputs are disjoint between tasks (a final fold has one chunk).
-            let dst = unsafe { std::slice::from_raw_parts_mut(o.0.add(block.start), block.len()) };
-            dst.copy_from_slice(regs.get(&ctx, v, block.len()));
+        for ((o, &(_, v)), &dt) in outs.iter().zip(&k.outputs).zip(&k.out_types) {
+            // SAFETY: blocks of outputs are disjoint between tasks (a final fold has one chunk). Narrow outputs:
+            // blocks are whole multiples of 4 elements, so no two tasks share a word.
+            unsafe { store(*o, dt, block.start, regs.get(&ctx, v, block.len())) };
         }
     });
 }
@@ -426,25 +562,25 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
                 match phase {
                     Phase::Fold { op, body, value, .. } => {
                         eval(&ctx, body.clone(), &batch, &mut regs);
-                        let a = acc.unwrap_or(op.identity());
-                        acc = Some(op.combine().eval(a, tree(*op, regs.get(&ctx, *value, e - s))));
+                        let lanes = k.types[*value].lanes();
+                        let a = acc.unwrap_or(f32::from_bits(op.identity_lane(lanes)));
+                        acc = Some(combine(*op, lanes, a, tree(*op, lanes, regs.get(&ctx, *value, e - s))));
                     }
                     Phase::Map { body, outputs } => {
                         eval(&ctx, body.clone(), &batch, &mut regs);
                         for &m in outputs {
                             // SAFETY: each row's elements are written by its own task only.
-                            let dst = unsafe { std::slice::from_raw_parts_mut(outs[m].0.add(o * n + s), e - s) };
-                            dst.copy_from_slice(regs.get(&ctx, k.outputs[m].1, e - s));
+                            unsafe { store(outs[m], k.out_types[m], o * n + s, regs.get(&ctx, k.outputs[m].1, e - s)) };
                         }
                     }
                 }
             }
-            if let Phase::Fold { op, output, .. } = phase {
-                let v = acc.unwrap_or(op.identity());
+            if let Phase::Fold { op, output, value, .. } = phase {
+                let v = acc.unwrap_or(f32::from_bits(op.identity_lane(k.types[*value].lanes())));
                 folds.push(v);
                 if let Some(m) = output {
                     // SAFETY: as above; a row's fold is at the row's index.
-                    unsafe { *outs[*m].0.add(o) = v };
+                    unsafe { store(outs[*m], k.out_types[*m], o, &[v]) };
                 }
             }
         }

@@ -31,6 +31,9 @@ impl<'a> Operand<'a> {
 /// view must fail on the evaluator's bounds checks instead). gemm takes any signed strides, zero included.
 fn strided<'a>(k: &Kernel, range: Range<usize>, dims: &[usize], inputs: &[&'a [f32]]) -> Option<Operand<'a>> {
     let [Instr::Load { input, view, .. }] = &k.body[range] else { return None };
+    if k.in_types[*input] != crate::dtype::DType::F32 {
+        return None;
+    }
     let r = dims.len();
     let (strides, offset): (Vec<i64>, i64) = match view {
         None => (Shape::from(dims).contiguous_strides().iter().map(|&s| s as i64).collect(), 0),
@@ -67,7 +70,8 @@ fn evaluate(k: &Kernel, range: Range<usize>, value: usize, dims: &[usize], input
     domain.dims_at = Some(domain.params.len());
     domain.params.extend(dims.iter().map(|&d| d as u32));
     let mut values = vec![0.0; domain.shape.numel()];
-    eval::map(&domain, range, inputs, &[value], &mut [values.as_mut_slice()], None);
+    let lanes = [k.types[value].lanes()];
+    eval::map(&domain, range, inputs, &[value], &lanes, &mut [values.as_mut_slice()], None);
     values
 }
 
@@ -136,7 +140,9 @@ pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     let batches = numel / (m * n);
     let domain = |tail: [usize; 2]| -> Vec<usize> { dims[..r - 2].iter().copied().chain(tail).collect() };
     // The product goes straight to the output when the epilogue only stores it.
-    let direct = k.body[mm.b_end..] == [Instr::Reduced] && matches!(k.outputs[..], [(_, v)] if v == mm.b_end);
+    let direct = k.body[mm.b_end..] == [Instr::Reduced]
+        && matches!(k.outputs[..], [(_, v)] if v == mm.b_end)
+        && k.out_types[0] == crate::dtype::DType::F32;
     let mut scratch = Vec::new();
     let product: &mut [f32] = if direct {
         &mut *outputs[0]
@@ -167,7 +173,7 @@ pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     }
     if !direct {
         let values: Vec<usize> = k.outputs.iter().map(|&(_, v)| v).collect();
-        eval::map(k, mm.b_end..k.body.len(), inputs, &values, outputs, Some(&scratch));
+        eval::map(k, mm.b_end..k.body.len(), inputs, &values, &k.out_types, outputs, Some(&scratch));
     }
 }
 

@@ -1,4 +1,5 @@
-//! The CPU backend: buffers are `Vec<f32>`s in host memory, kernels of the same IR run on rayon's threads.
+//! The CPU backend: buffers are `Vec<f32>`s of words in host memory (other element types in their bits), kernels
+//! of the same IR run on rayon's threads.
 
 mod eval;
 mod matmul;
@@ -25,7 +26,7 @@ struct State {
     buffers: SlotMap<BufferKey, Vec<f32>>,
     free: std::collections::HashMap<usize, Vec<Vec<f32>>>,
     free_bytes: usize,
-    reads: SlotMap<ReadId, Vec<f32>>,
+    reads: SlotMap<ReadId, Vec<u32>>,
 }
 
 /// A device on the host's cores.
@@ -119,7 +120,7 @@ impl Backend for CpuBackend {
                     // The values stay in host memory: nothing moves between devices, so nothing is counted.
                     Data::Upload(values) => {
                         let mut v = st.alloc(values.len(), stats)?;
-                        v.copy_from_slice(values);
+                        v.copy_from_slice(bytemuck::cast_slice(values));
                         let key = st.insert(v, stats);
                         created.push(key);
                         Some(key)
@@ -173,7 +174,7 @@ impl Backend for CpuBackend {
             .reads
             .iter()
             .map(|&slot| {
-                let v = st.buffers[keys[slot].expect("a read buffer exists")].clone();
+                let v = bytemuck::cast_slice(&st.buffers[keys[slot].expect("a read buffer exists")]).to_vec();
                 st.reads.insert(v)
             })
             .collect();
@@ -202,7 +203,7 @@ impl Backend for CpuBackend {
         true
     }
 
-    fn take_read(&self, id: ReadId) -> Result<Vec<f32>> {
+    fn take_read(&self, id: ReadId) -> Result<Vec<u32>> {
         self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))
     }
 

@@ -13,6 +13,8 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     /// Whether the device was created with subgroup operations (`wgpu::Features::SUBGROUP`).
     pub subgroups: bool,
+    /// Whether the device was created with native f16 (`wgpu::Features::SHADER_F16`).
+    pub f16: bool,
     /// Whether kernels whose every index is in range by construction (matmul) still get wgpu's bounds checks
     /// (`LAZOR_SHADER_CHECKS`).
     pub checked: bool,
@@ -100,7 +102,7 @@ impl Gpu {
             label: Some("lazor"),
             required_limits: limits.clone(),
             // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory.
-            required_features: adapter.features() & wgpu::Features::SUBGROUP,
+            required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
             ..Default::default()
         }))
         .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })?;
@@ -116,8 +118,9 @@ impl Gpu {
             unc.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string());
         }));
         let subgroups = device.features().contains(wgpu::Features::SUBGROUP);
+        let f16 = device.features().contains(wgpu::Features::SHADER_F16);
         let checked = crate::env::shader_checks();
-        Ok(Gpu { device, queue, info, limits, subgroups, checked, lost, uncaptured })
+        Ok(Gpu { device, queue, info, limits, subgroups, f16, checked, lost, uncaptured })
     }
 
     /// Fails if the device was lost or wgpu reported an error outside any scope.

@@ -25,6 +25,8 @@ pub(crate) struct WgpuBackend {
     state: Mutex<State>,
     /// Whether kernels use subgroup operations: the device has them and `LAZOR_NO_SUBGROUPS` is unset.
     subgroups: AtomicBool,
+    /// Whether f16 buffers are bound natively: the device has `SHADER_F16` and `LAZOR_NO_F16` is unset.
+    f16: AtomicBool,
 }
 
 /// The backend's mutable parts, behind one lock.
@@ -43,12 +45,16 @@ impl WgpuBackend {
     pub fn open(hardware_only: bool) -> Result<WgpuBackend> {
         let gpu = Gpu::open(hardware_only)?;
         let subgroups = AtomicBool::new(gpu.subgroups && !crate::env::no_subgroups());
-        Ok(WgpuBackend { gpu, state: Mutex::new(State::default()), subgroups })
+        let f16 = AtomicBool::new(gpu.f16 && !crate::env::no_f16());
+        Ok(WgpuBackend { gpu, state: Mutex::new(State::default()), subgroups, f16 })
     }
 
     /// What codegen may use on this device now.
     pub fn target(&self) -> crate::codegen::Target {
-        crate::codegen::Target { subgroups: self.subgroups.load(Ordering::Relaxed) }
+        crate::codegen::Target {
+            subgroups: self.subgroups.load(Ordering::Relaxed),
+            f16: self.f16.load(Ordering::Relaxed),
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -93,7 +99,7 @@ impl Backend for WgpuBackend {
         self.state().reads.get(id).is_none_or(|p| p.ready())
     }
 
-    fn take_read(&self, id: ReadId) -> Result<Vec<f32>> {
+    fn take_read(&self, id: ReadId) -> Result<Vec<u32>> {
         self.finish_read(id)
     }
 
@@ -108,6 +114,14 @@ impl Backend for WgpuBackend {
 
     fn subgroups(&self) -> bool {
         self.subgroups.load(Ordering::Relaxed)
+    }
+
+    fn set_native_f16(&self, on: bool) {
+        self.f16.store(on && self.gpu.f16, Ordering::Relaxed);
+    }
+
+    fn native_f16(&self) -> bool {
+        self.f16.load(Ordering::Relaxed)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

@@ -38,7 +38,7 @@ impl Pending {
 
 impl WgpuBackend {
     /// Waits for a read-back if needed, copies it out and returns its staging buffer to the pool.
-    pub(super) fn finish_read(&self, id: ReadId) -> Result<Vec<f32>> {
+    pub(super) fn finish_read(&self, id: ReadId) -> Result<Vec<u32>> {
         let pending = self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))?;
         if !pending.ready() {
             self.gpu.wait()?;
@@ -46,7 +46,7 @@ impl WgpuBackend {
         let status = lock(&pending.mapped).take().unwrap_or_else(|| Err("map callback never ran".into()));
         let values = status.and_then(|()| {
             let view = pending.buffer.get_mapped_range(0..pending.bytes).map_err(|e| e.to_string())?;
-            Ok(bytemuck::pod_collect_to_vec::<u8, f32>(&view))
+            Ok(bytemuck::pod_collect_to_vec::<u8, u32>(&view))
         });
         match values {
             Ok(v) => {
