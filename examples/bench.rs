@@ -8,6 +8,7 @@
 //! cargo run --release --example bench -- reductions   # only the reductions section
 //! cargo run --release --example bench -- cpu          # only the CPU-backend section
 //! cargo run --release --example bench -- matmul       # only the matmul section
+//! cargo run --release --example bench -- dtypes       # only the element-type section
 //! ```
 //!
 //! The matmul section (in `bench/matmul.rs`) times the cases of `torch_reference.py matmul`: square products,
@@ -46,6 +47,8 @@
 
 #[path = "../benches/common/mod.rs"]
 mod common;
+#[path = "bench/dtypes.rs"]
+mod dtypes;
 #[path = "bench/matmul.rs"]
 mod matmul;
 
@@ -1782,7 +1785,7 @@ fn cpu() -> bool {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    const SECTIONS: [&str; 5] = ["elementwise", "views", "reductions", "cpu", "matmul"];
+    const SECTIONS: [&str; 6] = ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes"];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
         eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] (default: all)");
         return ExitCode::FAILURE;
@@ -1806,6 +1809,15 @@ fn main() -> ExitCode {
         let small = dev.is_cpu() || dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
         let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
         if !matmul::run(&dev, &cfg, small) {
+            return ExitCode::FAILURE;
+        }
+    }
+    if wanted("dtypes") {
+        let dev = Device::default();
+        let small = dev.is_cpu() || dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
+        let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
+        let (log2, mm): (&[u32], usize) = if small { (&[20], 256) } else { (&[24, 26], 4096) };
+        if !dtypes::run(&dev, &cfg, log2, mm) {
             return ExitCode::FAILURE;
         }
     }

@@ -131,7 +131,7 @@ impl<'a> Ctx<'a> {
             .body
             .iter()
             .map(|instr| match instr {
-                Instr::Load { view: Some(v), .. } => {
+                Instr::Load { view: Some(v), .. } | Instr::Index { view: Some(v) } => {
                     Some(((0..rank).map(|d| param(k, v.at + d)).collect(), param(k, v.at + rank)))
                 }
                 _ => None,
@@ -296,6 +296,11 @@ fn view_index(coords: &[Vec<i64>], j: usize, strides: &[i64], offset: i64) -> us
         at += c[j] * s;
     }
     at as usize
+}
+
+/// Whether an instruction reads the batch's coordinates.
+fn needs_coords(i: &Instr) -> bool {
+    matches!(i, Instr::Load { view: Some(_), .. } | Instr::Index { view: Some(_) } | Instr::Cat { .. })
 }
 
 /// Rounds f16 and bf16 lanes to their type, after an op computed them in f32.
@@ -471,8 +476,7 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
     let mut out_dims = dims.clone();
     out_dims[r.axis] = 1;
-    let strided =
-        k.body[..r.prologue].iter().any(|i| matches!(i, Instr::Load { view: Some(_), .. } | Instr::Cat { .. }));
+    let strided = k.body[..r.prologue].iter().any(needs_coords);
     let lanes = k.types[r.value].lanes();
     tasks(blocks * chunks, |t| {
         let (b, j) = (t / chunks, t % chunks);
@@ -547,7 +551,7 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
     let n = dims[axis];
     let mut out_dims = dims.clone();
     out_dims[axis] = 1;
-    let strided = k.body.iter().any(|i| matches!(i, Instr::Load { view: Some(_), .. } | Instr::Cat { .. }));
+    let strided = k.body.iter().any(needs_coords);
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
     tasks(k.params[0] as usize, |o| {
         let mut regs = Regs::new(k.body.len());

@@ -1,0 +1,127 @@
+//! The element-type section of the benchmark: chain3 in f32, f16 (native and packed), bf16, and a bool mask, and
+//! matmul in f32, f16 and bf16, on one device in one process.
+
+use super::{measure, ms, Config};
+use lazor::half::{bf16, f16};
+use lazor::{DType, Device, Tensor};
+
+/// `n` inputs of `dt`, realized.
+fn inputs(dev: &Device, dt: DType, n: usize, seed: u64) -> Tensor {
+    let v = super::inputs(n, seed);
+    let t = match dt {
+        DType::F16 => Tensor::from_vec_on(v.iter().map(|&x| f16::from_f32(x)).collect(), [n], dev),
+        DType::BF16 => Tensor::from_vec_on(v.iter().map(|&x| bf16::from_f32(x)).collect(), [n], dev),
+        _ => Tensor::from_vec_on(v, [n], dev),
+    };
+    t.realize().unwrap();
+    t
+}
+
+fn chain3(a: &Tensor, b: &Tensor, c: &Tensor) -> Tensor {
+    ((a + b) * 5.0 - c) / 2.0
+}
+
+/// Runs the section on `dev`; `log2` are the chain3 sizes, `mm` the matmul side.
+pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
+    println!("\n## lazor element-type benchmark\n");
+    println!(
+        "- device: {}; native f16: {}; one device for the whole section; median of up to {} runs of x{} realizes \
+         then `synchronize()`; GB/s of the bytes each case must move (inputs read once, output written once)",
+        dev.name(),
+        dev.native_f16(),
+        cfg.runs,
+        cfg.batch
+    );
+    println!();
+    println!("| case | n | dtype | dispatches | ms | GB/s | time / f32's |");
+    println!("|---|---|---|---|---|---|---|");
+    let native = dev.native_f16();
+    for &l in log2 {
+        let n = 1usize << l;
+        let mut f32_ms = None;
+        for (dt, packed, label) in [
+            (DType::F32, false, "f32"),
+            (DType::F16, false, if native { "f16 (native)" } else { "f16 (packed)" }),
+            (DType::F16, true, "f16 (packed)"),
+            (DType::BF16, false, "bf16"),
+        ] {
+            if packed && !native {
+                continue;
+            }
+            dev.set_native_f16(native && !packed);
+            let (a, b, c) = (inputs(dev, dt, n, 1), inputs(dev, dt, n, 2), inputs(dev, dt, n, 3));
+            let before = dev.stats().dispatches;
+            chain3(&a, &b, &c).realize().unwrap();
+            let dispatches = dev.stats().dispatches - before;
+            let t = measure(cfg, || {
+                for _ in 0..cfg.batch {
+                    chain3(&a, &b, &c).realize().unwrap();
+                }
+                dev.synchronize().unwrap();
+            })
+            .per(cfg.batch)
+            .median;
+            let base = *f32_ms.get_or_insert(t.as_secs_f64());
+            let bytes = (4 * n * dt.size_in_bytes()) as f64;
+            println!(
+                "| chain3 | 2^{l} | {label} | {dispatches} | {} | {:.0} | {:.2} |",
+                ms(t),
+                bytes / t.as_secs_f64() / 1e9,
+                t.as_secs_f64() / base
+            );
+        }
+        dev.set_native_f16(native);
+        // A mask and a select: f32 in, bool mask (1 byte) out, then where_cond reading it back.
+        let x = inputs(dev, DType::F32, n, 4);
+        let mask = x.gt(0.0);
+        mask.realize().unwrap();
+        let t_mask = measure(cfg, || {
+            for _ in 0..cfg.batch {
+                x.gt(0.0).realize().unwrap();
+            }
+            dev.synchronize().unwrap();
+        })
+        .per(cfg.batch)
+        .median;
+        println!(
+            "| x.gt(0.0) | 2^{l} | f32 -> bool | 1 | {} | {:.0} | |",
+            ms(t_mask),
+            (5 * n) as f64 / t_mask.as_secs_f64() / 1e9
+        );
+        let t_sel = measure(cfg, || {
+            for _ in 0..cfg.batch {
+                mask.where_cond(&x, 0.0).realize().unwrap();
+            }
+            dev.synchronize().unwrap();
+        })
+        .per(cfg.batch)
+        .median;
+        println!(
+            "| mask.where_cond(&x, 0.0) | 2^{l} | bool, f32 -> f32 | 1 | {} | {:.0} | |",
+            ms(t_sel),
+            (9 * n) as f64 / t_sel.as_secs_f64() / 1e9
+        );
+    }
+    println!();
+    println!("| matmul | n | dtype | ms | TFLOP/s |");
+    println!("|---|---|---|---|---|");
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        let a = inputs(dev, dt, mm * mm, 5).reshape([mm, mm]);
+        let b = inputs(dev, dt, mm * mm, 6).reshape([mm, mm]);
+        a.matmul(&b).realize().unwrap();
+        let t = measure(cfg, || {
+            for _ in 0..cfg.batch {
+                a.matmul(&b).realize().unwrap();
+            }
+            dev.synchronize().unwrap();
+        })
+        .per(cfg.batch)
+        .median;
+        println!(
+            "| a.matmul(&b) | {mm} | {dt} | {} | {:.2} |",
+            ms(t),
+            2.0 * (mm as f64).powi(3) / t.as_secs_f64() / 1e12
+        );
+    }
+    true
+}
