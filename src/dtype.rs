@@ -1,8 +1,9 @@
 //! Element types: widths, storage, the type promotion table and casts, each said once.
 //!
 //! Every value is computed in a 32-bit *lane*: floats (f32, and f16 and bf16 widened) as `f32` bits, integers as
-//! their own bits, bools as 0 or 1. f16 and bf16 results are rounded to their type after every op, so fused and
-//! unfused kernels and the reference agree bit for bit. Storage is narrower: f16 and bf16 take 2 bytes, bool 1.
+//! their own bits, bools as 0 or 1. Within a kernel f16 and bf16 values stay in f32; they are rounded to their type
+//! where they are stored or cast (as torch.compile's kernels do). Storage is narrower: f16 and bf16 take 2 bytes,
+//! bool 1.
 
 use half::{bf16, f16};
 

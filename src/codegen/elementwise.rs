@@ -103,6 +103,9 @@ impl Emitter<'_> {
     pub fn store(&mut self, o: usize, e: &str, value: &str) -> String {
         let dt = self.k.out_types[o];
         let wide = self.wide_out;
+        // Half values are rounded to their type here, once, as they leave the kernel.
+        let rounded = self.b.round(dt, value.to_string());
+        let value = rounded.as_str();
         match self.storage(dt) {
             Storage::Word => format!("o{o}[{e}] = {value};"),
             Storage::Half if wide => format!("o{o}[{e}] = vec4<f16>({value});"),
@@ -235,9 +238,9 @@ impl Emitter<'_> {
                 format!("select(t{b}, t{a}, t{c} != {u}(0u))")
             }
             Instr::Cat { .. } => return self.cat(n, depth),
-            Instr::Reduced => self.b.round(dt, "folded".to_string()),
-            Instr::Folded(f) if wide => self.b.round(dt, format!("{ty}(f{f})")),
-            Instr::Folded(f) => self.b.round(dt, format!("f{f}")),
+            Instr::Reduced => "folded".to_string(),
+            Instr::Folded(f) if wide => format!("{ty}(f{f})"),
+            Instr::Folded(f) => format!("f{f}"),
         };
         self.line(depth, &format!("let t{n} = {rhs};"));
     }

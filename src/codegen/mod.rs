@@ -237,13 +237,13 @@ impl Builder {
         }
     }
 
-    /// `op` applied to the WGSL expression `a`, of type `dt`.
+    /// `op` applied to the WGSL expression `a`, of type `dt`. Half results are not rounded here: within a kernel
+    /// they stay in f32, and are rounded where they are stored or cast.
     pub fn unary(&mut self, op: UnaryOp, dt: DType, a: &str) -> String {
         if dt.is_float() {
             self.need(op.helpers());
         }
-        let x = self.spell(op.wgsl(dt.class()), self.ty(dt), a, "");
-        self.round(dt, x)
+        self.spell(op.wgsl(dt.class()), self.ty(dt), a, "")
     }
 
     /// `op` applied to the WGSL expressions `a` and `b`, both of type `dt`.
@@ -267,15 +267,18 @@ impl Builder {
         if dt.is_float() {
             self.need(op.helpers());
         }
-        let x = self.spell(op.wgsl(dt.class()), ty, a, b);
-        self.round(dt, x)
+        self.spell(op.wgsl(dt.class()), ty, a, b)
     }
 
     /// `x`, a lane of `from`, converted to `to` ([`DType::cast_lane`]).
     pub fn cast(&mut self, from: DType, to: DType, x: &str) -> String {
         let (f, i, u) = (self.ty(DType::F32), self.ty(DType::I32), self.ty(DType::U32));
         match (from.class(), to.class()) {
-            (Class::Float, Class::Float) => self.round(to, x.to_string()),
+            // A half value is rounded to its own type first: within a kernel it may still hold f32 bits.
+            (Class::Float, Class::Float) => {
+                let x = self.round(from, x.to_string());
+                self.round(to, x)
+            }
             (Class::Float, Class::Int) => format!("{}({x})", self.helper(Helper::F2I)),
             (Class::Float, Class::Uint) => format!("{}({x})", self.helper(Helper::F2U)),
             (Class::Float, Class::Bool) => {

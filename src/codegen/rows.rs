@@ -41,8 +41,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
                 tree(&mut e, *op, dt, target.subgroups, 2);
                 e.line(2, &format!("f{n} = bitcast<{ty}>(red[root]);"));
                 if let Some(out) = output {
-                    let v = e.b.round(k.out_types[*out], format!("f{n}"));
-                    let st = e.store(*out, "o", &v);
+                    let st = e.store(*out, "o", &format!("f{n}"));
                     e.line(2, &format!("if (lane_t == 0u && valid) {{ {st} }}"));
                 }
                 // Before the next fold writes `red` again.

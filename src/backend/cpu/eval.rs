@@ -222,9 +222,12 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
                 }
             }
             Instr::Cast(a) => {
+                // A half value is rounded to its own type first: within a kernel it may still hold f32 bits.
                 let from = k.types[*a];
                 let src = regs.get(ctx, *a, n);
-                out.iter_mut().zip(src).for_each(|(o, &x)| *o = f32::from_bits(dt.cast_lane(from, x.to_bits())));
+                out.iter_mut()
+                    .zip(src)
+                    .for_each(|(o, &x)| *o = f32::from_bits(dt.cast_lane(from, from.round(x).to_bits())));
             }
             Instr::Select(c, a, b) => {
                 let (c, a, b) = (regs.get(ctx, *c, n), regs.get(ctx, *a, n), regs.get(ctx, *b, n));
@@ -248,7 +251,6 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
                     Class::Uint => op.eval_int_slice::<u32>(false, cast_slice(a), cast_slice_mut(&mut out)),
                     Class::Bool => op.eval_int_slice::<u32>(true, cast_slice(a), cast_slice_mut(&mut out)),
                 }
-                round(dt, &mut out);
             }
             Instr::Binary(op, a, b) => {
                 let (x, y) = (regs.get(ctx, *a, n), regs.get(ctx, *b, n));
@@ -273,14 +275,10 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
                             op.eval_int_slice::<u32>(true, cast_slice(x), cast_slice(y), cast_slice_mut(&mut out))
                         }
                     }
-                    round(dt, &mut out);
                 }
             }
-            Instr::Reduced => {
-                out.copy_from_slice(&batch.folded);
-                round(dt, &mut out);
-            }
-            Instr::Folded(f) => out.fill(f32::from_bits(dt.cast_lane(dt.lanes(), batch.folds[*f].to_bits()))),
+            Instr::Reduced => out.copy_from_slice(&batch.folded),
+            Instr::Folded(f) => out.fill(batch.folds[*f]),
             Instr::Cat { .. } => unreachable!("handled above"),
         }
         regs.vals[i] = out;
@@ -301,13 +299,6 @@ fn view_index(coords: &[Vec<i64>], j: usize, strides: &[i64], offset: i64) -> us
 /// Whether an instruction reads the batch's coordinates.
 fn needs_coords(i: &Instr) -> bool {
     matches!(i, Instr::Load { view: Some(_), .. } | Instr::Index { view: Some(_) } | Instr::Cat { .. })
-}
-
-/// Rounds f16 and bf16 lanes to their type, after an op computed them in f32.
-fn round(dt: DType, lanes: &mut [f32]) {
-    if matches!(dt, DType::F16 | DType::BF16) {
-        lanes.iter_mut().for_each(|x| *x = dt.round(*x));
-    }
 }
 
 /// Stores `lanes` of type `dt` at elements `at..` of the output buffer `out` (words as stored).
