@@ -125,8 +125,9 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
         })
         .per(cfg.batch)
         .median;
+        let label = if packed { "f16 (packed)" } else { dt.name() };
         println!(
-            "| a.matmul(&b) | {mm} | {dt} | {} | {:.2} |",
+            "| a.matmul(&b) | {mm} | {label} | {} | {:.2} |",
             ms(t),
             2.0 * (mm as f64).powi(3) / t.as_secs_f64() / 1e12
         );

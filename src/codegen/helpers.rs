@@ -1,0 +1,130 @@
+//! The WGSL helper functions op spellings and conversions call: their source, signatures and dependencies.
+
+use crate::op::Helper;
+
+/// Helper functions by name. They pin down IEEE behaviour and Rust's conversion rules that WGSL leaves open.
+pub(super) fn helper_source(h: Helper) -> &'static str {
+    match h {
+        // Bit test: `x != x` may be folded away by compilers that assume no NaNs.
+        Helper::IsNan => "fn lz_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }\n",
+        Helper::Max => {
+            "fn lz_max(a: f32, b: f32) -> f32 { return select(max(a, b), a + b, lz_isnan(a) || lz_isnan(b)); }\n"
+        }
+        Helper::Min => {
+            "fn lz_min(a: f32, b: f32) -> f32 { return select(min(a, b), a + b, lz_isnan(a) || lz_isnan(b)); }\n"
+        }
+        // Rust's powf: x^0 = 1 and 1^y = 1 even for NaN; a negative base needs an integer exponent, whose parity
+        // gives the sign; zeros and infinities follow IEEE pow. WGSL's pow is only defined for finite x > 0.
+        Helper::Pow => {
+            "fn lz_pow(x: f32, y: f32) -> f32 {
+    if (y == 0.0 || x == 1.0) { return 1.0; }
+    if (lz_isnan(x) || lz_isnan(y)) { return x + y; }
+    let big = bitcast<f32>(0x7f800000u);
+    let ax = abs(x);
+    let ay = abs(y);
+    let integer = ay >= 16777216.0 || fract(ay) == 0.0;
+    let odd = ay < 16777216.0 && fract(ay) == 0.0 && (ay % 2.0) == 1.0;
+    var m = pow(ax, y);
+    if (ax == 0.0) { m = select(0.0, big, y < 0.0); }
+    else if (ax == big) { m = select(0.0, big, y > 0.0); }
+    else if (ay == big) {
+        m = select(select(0.0, big, y > 0.0), select(big, 0.0, y > 0.0), ax < 1.0);
+        if (ax == 1.0) { m = 1.0; }
+    }
+    if ((bitcast<u32>(x) & 0x80000000u) != 0u) {
+        if (odd) { return -m; }
+        if (!integer && ax != 0.0 && ax != big) { return bitcast<f32>(0x7fc00000u); }
+    }
+    return m;
+}
+"
+        }
+        // By bits, not through f16 arithmetic or pack2x16float, whose rounding and overflow WGSL leaves to the
+        // implementation: normals drop 13 mantissa bits to nearest even; below 2^-14 the step is 2^-24, where
+        // `round` (ties to even in WGSL) does it; from 65520 up is infinity.
+        Helper::RoundF16 => {
+            "fn lz_f16(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    let a = b & 0x7fffffffu;
+    if (a >= 0x7f800000u) { return x; }
+    if (a >= 0x477ff000u) { return bitcast<f32>((b & 0x80000000u) | 0x7f800000u); }
+    if (a < 0x38800000u) { return round(x * 16777216.0) * 5.9604644775390625e-8; }
+    return bitcast<f32>((b & 0x80000000u) | ((a + 0xfffu + ((a >> 13u) & 1u)) & 0xffffe000u));
+}
+"
+        }
+        Helper::RoundBf16 => {
+            "fn lz_bf16(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return bitcast<f32>((b | 0x00400000u) & 0xffff0000u); }
+    return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
+}
+"
+        }
+        // Clamped before converting: WGSL's conversion of an out-of-range float is not Rust's saturation.
+        Helper::F2I => {
+            "fn lz_f2i(x: f32) -> i32 {
+    if (lz_isnan(x)) { return 0; }
+    if (x >= 2147483648.0) { return 2147483647; }
+    return i32(max(x, -2147483648.0));
+}
+"
+        }
+        Helper::F2U => {
+            "fn lz_f2u(x: f32) -> u32 {
+    if (lz_isnan(x)) { return 0u; }
+    if (x >= 4294967296.0) { return 4294967295u; }
+    return u32(max(x, 0.0));
+}
+"
+        }
+        Helper::HalfBits => {
+            "fn lz_h(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    let s = (b >> 16u) & 0x8000u;
+    let a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) { return s | 0x7e00u; }
+    if (a >= 0x47800000u) { return s | 0x7c00u; }
+    if (a < 0x38800000u) { return s | u32(bitcast<f32>(a) * 16777216.0); }
+    return s | ((a - 0x38000000u) >> 13u);
+}
+"
+        }
+    }
+}
+
+/// Helpers in the order they are emitted, each after those it calls.
+pub(super) const HELPERS: [Helper; 9] = [
+    Helper::IsNan,
+    Helper::Max,
+    Helper::Min,
+    Helper::Pow,
+    Helper::RoundF16,
+    Helper::RoundBf16,
+    Helper::F2I,
+    Helper::F2U,
+    Helper::HalfBits,
+];
+
+/// A helper's name, parameter types and result type, for its componentwise vec4 form.
+pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static str], &'static str) {
+    match h {
+        Helper::IsNan => ("lz_isnan", &["f32"], "bool"),
+        Helper::Max => ("lz_max", &["f32", "f32"], "f32"),
+        Helper::Min => ("lz_min", &["f32", "f32"], "f32"),
+        Helper::Pow => ("lz_pow", &["f32", "f32"], "f32"),
+        Helper::RoundF16 => ("lz_f16", &["f32"], "f32"),
+        Helper::RoundBf16 => ("lz_bf16", &["f32"], "f32"),
+        Helper::F2I => ("lz_f2i", &["f32"], "i32"),
+        Helper::F2U => ("lz_f2u", &["f32"], "u32"),
+        Helper::HalfBits => ("lz_h", &["f32"], "u32"),
+    }
+}
+
+/// The helpers a helper calls.
+pub(super) fn helper_needs(h: Helper) -> &'static [Helper] {
+    match h {
+        Helper::Max | Helper::Min | Helper::Pow | Helper::F2I | Helper::F2U => &[Helper::IsNan],
+        _ => &[],
+    }
+}
