@@ -196,14 +196,8 @@ impl DType {
     pub(crate) fn lane_of(self, v: Scalar) -> u32 {
         match v {
             Scalar::F32(x) => self.cast_lane(DType::F32, x.to_bits()),
-            Scalar::I32(x) => match self.class() {
-                Class::Float => self.round(x as f32).to_bits(),
-                _ => self.cast_lane(DType::I32, x as u32),
-            },
-            Scalar::U32(x) => match self.class() {
-                Class::Float => self.round(x as f32).to_bits(),
-                _ => self.cast_lane(DType::U32, x),
-            },
+            Scalar::I32(x) => self.cast_lane(DType::I32, x as u32),
+            Scalar::U32(x) => self.cast_lane(DType::U32, x),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{check, devices, gpu_devices, Rng};
+use common::{apply_binary, check, devices, gpu_devices, Rng};
 use lazor::half::{bf16, f16};
 use lazor::op::{BinaryOp, UnaryOp};
 use lazor::{DType, Device, Element, Tensor};
@@ -70,28 +70,6 @@ fn apply_unary(t: &Tensor, op: UnaryOp) -> Tensor {
         UnaryOp::Sigmoid => t.sigmoid(),
         UnaryOp::Sin => t.sin(),
         _ => t.silu(),
-    }
-}
-
-fn apply_binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Tensor {
-    match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-        BinaryOp::Rem => a % b,
-        BinaryOp::Max => a.maximum(b),
-        BinaryOp::Min => a.minimum(b),
-        BinaryOp::And => a & b,
-        BinaryOp::Or => a | b,
-        BinaryOp::Xor => a ^ b,
-        BinaryOp::Lt => a.lt(b),
-        BinaryOp::Le => a.le(b),
-        BinaryOp::Gt => a.gt(b),
-        BinaryOp::Ge => a.ge(b),
-        BinaryOp::Eq => a.eq(b),
-        BinaryOp::Ne => a.ne(b),
-        BinaryOp::Pow => a.powf(2.0),
     }
 }
 

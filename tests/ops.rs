@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_close, check, close, devices, Rng};
+use common::{apply_binary, assert_close, check, close, devices, Rng};
 use lazor::op::{BinaryOp, Class, UnaryOp};
 use lazor::{Device, Tensor};
 use proptest::prelude::*;
@@ -36,29 +36,6 @@ fn apply_unary(t: &Tensor, op: UnaryOp) -> Tensor {
         UnaryOp::Gelu => t.gelu(),
         UnaryOp::Silu => t.silu(),
         UnaryOp::Not => !t,
-    }
-}
-
-fn apply_binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Tensor {
-    match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-        BinaryOp::Max => a.maximum(b),
-        BinaryOp::Min => a.minimum(b),
-        BinaryOp::Rem => a % b,
-        BinaryOp::And => a & b,
-        BinaryOp::Or => a | b,
-        BinaryOp::Xor => a ^ b,
-        BinaryOp::Lt => a.lt(b),
-        BinaryOp::Le => a.le(b),
-        BinaryOp::Gt => a.gt(b),
-        BinaryOp::Ge => a.ge(b),
-        BinaryOp::Eq => a.eq(b),
-        BinaryOp::Ne => a.ne(b),
-        // powf takes a scalar exponent; a tensor exponent has no public method yet.
-        BinaryOp::Pow => unreachable!("tested separately"),
     }
 }
 

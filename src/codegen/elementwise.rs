@@ -336,13 +336,12 @@ impl<'a> Emitter<'a> {
                 Storage::Word if e.vector_input(n) => lane_type(dt, 4),
                 Storage::Word => lane_type(dt, 1),
                 Storage::Half => "f16",
-                Storage::Packed { per } => {
+                Storage::Packed { .. } => {
                     let load = match dt {
                         DType::F16 => format!("return unpack2x16float(i{n}[e >> 1u])[e & 1u];"),
                         DType::BF16 => format!("return bitcast<f32>((i{n}[e >> 1u] >> ((e & 1u) * 16u)) << 16u);"),
                         _ => format!("return (i{n}[e >> 2u] >> ((e & 3u) * 8u)) & 0xffu;"),
                     };
-                    let _ = per;
                     e.b.decl(&format!("fn ld{n}(e: u32) -> {} {{ {load} }}\n", lane_type(dt, 1)));
                     "u32"
                 }

@@ -1,7 +1,31 @@
 //! Shared test helpers: a real device (never skipped), deterministic random data, and reference comparison.
 #![allow(dead_code)]
 
+use lazor::op::BinaryOp;
 use lazor::{DType, Device, Tensor};
+
+/// `op(a, b)` through the user-facing API (`powf` takes a scalar exponent: 2).
+pub fn apply_binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Tensor {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Rem => a % b,
+        BinaryOp::Max => a.maximum(b),
+        BinaryOp::Min => a.minimum(b),
+        BinaryOp::And => a & b,
+        BinaryOp::Or => a | b,
+        BinaryOp::Xor => a ^ b,
+        BinaryOp::Lt => a.lt(b),
+        BinaryOp::Le => a.le(b),
+        BinaryOp::Gt => a.gt(b),
+        BinaryOp::Ge => a.ge(b),
+        BinaryOp::Eq => a.eq(b),
+        BinaryOp::Ne => a.ne(b),
+        BinaryOp::Pow => a.powf(2.0),
+    }
+}
 
 /// Fresh devices, one per backend a test runs on, so each test reads its own counters: the CPU backend always,
 /// and a wgpu device when one opens. `LAZOR_TEST_BACKENDS` (e.g. `cpu,vulkan`, as `.ci/run` sets it) names the

@@ -141,13 +141,15 @@ impl<'a> Ctx<'a> {
         Ctx { k, inputs, word_inputs, cats, views }
     }
 
-    /// Element `i` of input `n`, as a lane.
-    #[inline]
-    fn elem(&self, n: usize, i: usize) -> f32 {
+    /// Fills `out[j]` with element `at(j)` of input `n`, as lanes: 32-bit elements are copied, narrower ones
+    /// widened. The type is looked at once per batch, not per element.
+    fn gather(&self, n: usize, out: &mut [f32], at: impl Fn(usize) -> usize) {
+        let src = self.inputs[n];
         if self.word_inputs[n] {
-            self.inputs[n][i]
+            out.iter_mut().enumerate().for_each(|(j, o)| *o = src[at(j)]);
         } else {
-            f32::from_bits(self.k.in_types[n].load(bytemuck::cast_slice(self.inputs[n]), i))
+            let (dt, words) = (self.k.in_types[n], bytemuck::cast_slice(src));
+            out.iter_mut().enumerate().for_each(|(j, o)| *o = f32::from_bits(dt.load(words, at(j))));
         }
     }
 }
@@ -201,15 +203,13 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
         let dt = k.types[i];
         match &k.body[i] {
             Instr::Load { input, view: None, .. } => match &batch.own {
-                Own::From(lo) => out.iter_mut().enumerate().for_each(|(j, o)| *o = ctx.elem(*input, lo + j)),
-                Own::At(at) => out.iter_mut().zip(at).for_each(|(o, &j)| *o = ctx.elem(*input, j)),
+                Own::From(lo) => ctx.gather(*input, &mut out, |j| lo + j),
+                Own::At(at) => ctx.gather(*input, &mut out, |j| at[j]),
             },
             Instr::Load { input, view: Some(_), access } => {
                 debug_assert!(!matches!(access, Access::Own));
                 let (strides, offset) = ctx.views[i].as_ref().expect("a strided load's view");
-                for (j, o) in out.iter_mut().enumerate() {
-                    *o = ctx.elem(*input, view_index(&batch.coords, j, strides, *offset));
-                }
+                ctx.gather(*input, &mut out, |j| view_index(&batch.coords, j, strides, *offset));
             }
             Instr::Index { view: None } => match &batch.own {
                 Own::From(lo) => out.iter_mut().enumerate().for_each(|(j, o)| *o = f32::from_bits((lo + j) as u32)),
