@@ -308,6 +308,13 @@ impl Tensor {
         self.binary(BinaryOp::Min, rhs)
     }
 
+    /// `-x` (wrapping for integers), as the unary `-` operator; a bool tensor gives f32.
+    #[track_caller]
+    #[allow(clippy::should_implement_trait)]
+    pub fn neg(&self) -> Tensor {
+        self.unary(UnaryOp::Neg)
+    }
+
     /// `x^exponent`, with `f32::powf`'s rules (a negative base needs an integer exponent).
     #[track_caller]
     pub fn powf(&self, exponent: f32) -> Tensor {

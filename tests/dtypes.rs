@@ -174,6 +174,7 @@ fn integer_arithmetic_wraps_and_divides_as_documented() {
         assert_eq!((&a % &b).to_vec_as::<i32>(), vec![0, 0, -1, 1, 0, 0, 0, 1]);
         assert_eq!((&a * 2i32).to_vec_as::<i32>()[0], i32::MAX.wrapping_mul(2));
         assert_eq!((-&a).to_vec_as::<i32>()[1], i32::MIN);
+        assert_eq!(a.neg().to_vec_as::<i32>()[2], 7);
         assert_eq!(a.abs().to_vec_as::<i32>()[1], i32::MIN);
         let u = Tensor::from_vec_on(vec![0u32, 5, u32::MAX], [3], &dev);
         assert_eq!((&u - 1u32).to_vec_as::<u32>(), vec![u32::MAX, 4, u32::MAX - 1]);
