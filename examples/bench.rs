@@ -9,6 +9,7 @@
 //! cargo run --release --example bench -- cpu          # only the CPU-backend section
 //! cargo run --release --example bench -- matmul       # only the matmul section
 //! cargo run --release --example bench -- dtypes       # only the element-type section
+//! cargo run --release --example bench -- life         # only the process-life section (bench/life.rs)
 //! ```
 //!
 //! The matmul section (in `bench/matmul.rs`) times the cases of `torch_reference.py matmul`: square products,
@@ -49,6 +50,8 @@
 mod common;
 #[path = "bench/dtypes.rs"]
 mod dtypes;
+#[path = "bench/life.rs"]
+mod life;
 #[path = "bench/matmul.rs"]
 mod matmul;
 
@@ -1785,9 +1788,16 @@ fn cpu() -> bool {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    const SECTIONS: [&str; 6] = ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes"];
+    // One cell of the process-life section, run in a fresh process by that section.
+    if let [mode, case, n] = &args[..] {
+        if mode == "life-cell" {
+            life::child(case, n.parse().expect("a size"));
+            return ExitCode::SUCCESS;
+        }
+    }
+    const SECTIONS: [&str; 7] = ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes", "life"];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -1818,6 +1828,14 @@ fn main() -> ExitCode {
         let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
         let (log2, mm): (&[u32], usize) = if small { (&[20], 256) } else { (&[24, 26], 4096) };
         if !dtypes::run(&dev, &cfg, log2, mm) {
+            return ExitCode::FAILURE;
+        }
+    }
+    if wanted("life") {
+        let dev = Device::default();
+        let small = dev.is_cpu() || dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
+        let cfg = Config::from_env(Vec::new(), 8);
+        if !life::run(&dev, &cfg, small) {
             return ExitCode::FAILURE;
         }
     }

@@ -138,7 +138,36 @@ impl Device {
 
     /// What this device has done so far.
     pub fn stats(&self) -> Stats {
-        self.state().stats
+        let mut stats = self.state().stats;
+        stats.pool_bytes = self.inner.backend.pool_bytes();
+        stats
+    }
+
+    /// Gives back every free buffer the device keeps for reuse (storage and read-back staging), so the memory
+    /// returns to the driver or the system; live tensors are untouched. Returns the bytes given back. Later
+    /// realizes allocate again what they need.
+    ///
+    /// # Examples
+    /// ```
+    /// let dev = lazor::Device::cpu();
+    /// drop((lazor::Tensor::ones_on([1024], &dev) * 2.0).to_vec());
+    /// assert!(dev.stats().pool_bytes > 0);
+    /// dev.trim();
+    /// assert_eq!(dev.stats().pool_bytes, 0);
+    /// ```
+    pub fn trim(&self) -> u64 {
+        self.inner.backend.trim()
+    }
+
+    /// The most bytes of free buffers the device keeps for reuse: a quarter of the device's memory (the host's
+    /// for the CPU backend), at least 256 MiB, 1 GiB where the size is unknown, or `LAZOR_POOL_MB`.
+    pub fn pool_budget(&self) -> u64 {
+        self.inner.backend.pool_budget()
+    }
+
+    /// Changes the pool's budget. Buffers freed longest ago are given back first when it is exceeded.
+    pub fn set_pool_budget(&self, bytes: u64) {
+        self.inner.backend.set_pool_budget(bytes);
     }
 
     /// The adapter's name, e.g. "NVIDIA H200" or "llvmpipe (LLVM 15.0.6, 256 bits)".

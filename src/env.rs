@@ -57,3 +57,9 @@ pub fn matmul_tile() -> Option<[u32; 5]> {
         }
     })
 }
+
+/// `LAZOR_POOL_MB`: the most megabytes (2^20 bytes) of free buffers a device keeps for reuse, overriding the
+/// budget derived from its memory (0 keeps none).
+pub fn pool_budget() -> Option<u64> {
+    var("LAZOR_POOL_MB").and_then(|v| v.trim().parse::<u64>().ok()).map(|mb| mb << 20)
+}

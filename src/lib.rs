@@ -33,6 +33,7 @@ mod matmul;
 #[doc(hidden)]
 pub mod op;
 mod ops;
+mod read;
 mod realize;
 mod reductions;
 #[doc(hidden)]
@@ -52,6 +53,7 @@ pub use element::Element;
 pub use error::{Error, Result};
 /// The `half` crate, whose `f16` and `bf16` are lazor's 16-bit element types.
 pub use half;
+pub use read::to_vecs;
 pub use shape::Shape;
 pub use stats::Stats;
-pub use tensor::{realize, to_vecs, Tensor};
+pub use tensor::{realize, Tensor};

@@ -54,21 +54,22 @@ impl Device {
         let before = *stats;
         stats.realizes += 1;
 
-        let buffers = plan
-            .slots
-            .iter()
-            .map(|s| JobBuffer {
-                bytes: s.bytes,
-                data: match s.source {
-                    Source::Existing(key) => Data::Existing(key),
-                    Source::Upload => match &graph.node(s.node).op {
-                        Op::Data(values) => Data::Upload(values),
-                        _ => unreachable!("uploads are data"),
+        let buffers = || {
+            plan.slots
+                .iter()
+                .map(|s| JobBuffer {
+                    bytes: s.bytes,
+                    data: match s.source {
+                        Source::Existing(key) => Data::Existing(key),
+                        Source::Upload => match &graph.node(s.node).op {
+                            Op::Data(values) => Data::Upload(values),
+                            _ => unreachable!("uploads are data"),
+                        },
+                        Source::Kernel | Source::Scratch => Data::Fresh,
                     },
-                    Source::Kernel | Source::Scratch => Data::Fresh,
-                },
-            })
-            .collect();
+                })
+                .collect()
+        };
         // Uploads and requested outputs keep their buffers; other kernel outputs were intermediates.
         let keep: Vec<usize> = (0..plan.slots.len())
             .filter(|&s| match plan.slots[s].source {
@@ -79,8 +80,13 @@ impl Device {
             .collect();
         let reads: Vec<Option<usize>> = read.iter().map(|&id| plan.slot_of(id)).collect();
         let read_slots: Vec<usize> = reads.iter().flatten().copied().collect();
-        let job = Job { buffers, kernels: &plan.kernels, frees: &plan.frees, keep: &keep, reads: &read_slots };
-        let done = backend.run(job, stats, debug)?;
+        let job =
+            |buffers| Job { buffers, kernels: &plan.kernels, frees: &plan.frees, keep: &keep, reads: &read_slots };
+        let done = match backend.run(job(buffers()), stats, debug) {
+            // Free buffers kept for reuse may be what is missing: give them back and try once more.
+            Err(Error::OutOfMemory(_)) if backend.trim() > 0 => backend.run(job(buffers()), stats, debug)?,
+            outcome => outcome?,
+        };
 
         // Uploads first: realizing an output may free data that only it needed, buffer included.
         let mut kept: Vec<(usize, BufferKey)> = keep.iter().copied().zip(done.kept).collect();
@@ -136,6 +142,17 @@ impl Device {
     pub(crate) fn read(&self, ids: &[NodeId]) -> Result<Vec<Vec<u32>>> {
         let tickets = self.run(ids, ids)?;
         self.collect(tickets)
+    }
+
+    /// Realizes `id` and lends its words to `f` (no words for an empty tensor), blocking.
+    pub(crate) fn read_with(&self, id: NodeId, f: &mut dyn FnMut(&[u32])) -> Result<()> {
+        match self.run(&[id], &[id])?.pop().flatten() {
+            Some(ticket) => self.inner.backend.read_with(ticket, f),
+            None => {
+                f(&[]);
+                Ok(())
+            }
+        }
     }
 
     /// Realizes `ids` in one job and reads them back without blocking the caller's thread on the device.

@@ -24,4 +24,8 @@ pub struct Stats {
     pub live_buffer_bytes: u64,
     /// The most `live_buffer_bytes` has ever been.
     pub peak_buffer_bytes: u64,
+    /// Bytes of free buffers the device keeps for reuse (storage and read-back staging): at most twice its
+    /// [`pool_budget`](crate::Device::pool_budget), once for each kind. [`Device::trim`](crate::Device::trim)
+    /// gives them back.
+    pub pool_bytes: u64,
 }

@@ -7,7 +7,6 @@ use crate::error::{Error, Result};
 use crate::graph::{NodeId, Op};
 use crate::shape::Shape;
 use std::fmt;
-use std::future::Future;
 
 /// A lazy n-dimensional array of one element type ([`DType`]) on a [`Device`].
 ///
@@ -193,108 +192,6 @@ impl Tensor {
     pub fn realize(&self) -> Result<()> {
         self.device.run(&[self.id], &[]).map(drop)
     }
-
-    /// Realizes and reads the values of an f32 tensor back, row-major.
-    ///
-    /// # Panics
-    /// On a device failure, with the error's message ([`Tensor::try_to_vec`] returns it instead), or if the tensor
-    /// is not f32 (read it with [`Tensor::to_vec_as`]).
-    #[track_caller]
-    pub fn to_vec(&self) -> Vec<f32> {
-        match self.try_to_vec() {
-            Ok(v) => v,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// Realizes and reads the values back.
-    ///
-    /// # Errors
-    /// As [`Tensor::realize`], [`Error::ReadBack`] if mapping fails, and [`Error::DType`] if the tensor is not
-    /// f32.
-    pub fn try_to_vec(&self) -> Result<Vec<f32>> {
-        self.try_to_vec_as::<f32>()
-    }
-
-    /// Realizes and reads the values back as `T`, exactly; `T` must be the tensor's element type.
-    ///
-    /// # Panics
-    /// If `T` is not the tensor's element type, or on a device failure.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// let mask = lazor::Tensor::from_vec(vec![1.0, -2.0, 3.0], [3]).gt(0.0);
-    /// assert_eq!(mask.to_vec_as::<bool>(), vec![true, false, true]);
-    /// ```
-    #[track_caller]
-    pub fn to_vec_as<T: Element>(&self) -> Vec<T> {
-        match self.try_to_vec_as() {
-            Ok(v) => v,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// [`Tensor::to_vec_as`], returning an error instead of panicking.
-    ///
-    /// # Errors
-    /// [`Error::DType`] if `T` is not the tensor's element type; as [`Tensor::try_to_vec`] otherwise.
-    pub fn try_to_vec_as<T: Element>(&self) -> Result<Vec<T>> {
-        self.check_read::<T>("to_vec")?;
-        let words = self.device.read(&[self.id])?.pop().expect("one output");
-        Ok(T::from_words(words, self.numel()))
-    }
-
-    /// Fails unless elements of this tensor read as `T`.
-    pub(crate) fn check_read<T: Element>(&self, op: &'static str) -> Result<()> {
-        if T::DTYPE == self.dtype {
-            return Ok(());
-        }
-        let call = match self.dtype {
-            DType::F32 => "to_vec() or to_vec_as::<f32>()".to_string(),
-            DType::F16 => "to_vec_as::<half::f16>()".to_string(),
-            DType::BF16 => "to_vec_as::<half::bf16>()".to_string(),
-            d => format!("to_vec_as::<{d}>()"),
-        };
-        Err(Error::DType {
-            op,
-            message: format!("the tensor is {} but {} was asked for; read it with {call}", self.dtype, T::DTYPE),
-        })
-    }
-
-    /// [`Tensor::try_to_vec`] as a future: the realize is submitted on first poll and the future resolves when the
-    /// values are back, without blocking the thread on the GPU.
-    pub fn to_vec_async(&self) -> impl Future<Output = Result<Vec<f32>>> + Send + 'static {
-        let t = self.clone();
-        async move {
-            t.check_read::<f32>("to_vec_async")?;
-            let words = t.device.read_async(&[t.id]).await?.pop().expect("one output");
-            Ok(f32::from_words(words, t.numel()))
-        }
-    }
-
-    /// The single element of a one-element f32 tensor.
-    ///
-    /// # Panics
-    /// If the tensor does not have exactly one element or is not f32, or on a device failure.
-    #[track_caller]
-    pub fn to_scalar(&self) -> f32 {
-        self.to_scalar_as::<f32>()
-    }
-
-    /// The single element of a one-element tensor, as `T` (its element type).
-    ///
-    /// # Panics
-    /// If the tensor does not have exactly one element, if `T` is not its element type, or on a device failure.
-    #[track_caller]
-    pub fn to_scalar_as<T: Element>(&self) -> T {
-        assert!(
-            self.numel() == 1,
-            "lazor: to_scalar: tensor of shape {} has {} elements, not 1",
-            self.shape,
-            self.numel()
-        );
-        self.to_vec_as::<T>()[0]
-    }
 }
 
 impl Tensor {
@@ -347,21 +244,6 @@ pub fn realize(tensors: &[&Tensor]) -> Result<()> {
         rest = others;
     }
     Ok(())
-}
-
-/// Reads several f32 tensors of one device back in one submit.
-///
-/// # Errors
-/// As [`Tensor::try_to_vec`]; [`Error::DeviceMismatch`] if they live on different devices.
-pub fn to_vecs(tensors: &[&Tensor]) -> Result<Vec<Vec<f32>>> {
-    let Some(first) = tensors.first() else { return Ok(Vec::new()) };
-    for t in tensors {
-        first.device.check_same(&t.device, "to_vecs")?;
-        t.check_read::<f32>("to_vecs")?;
-    }
-    let ids: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
-    let words = first.device.read(&ids)?;
-    Ok(words.into_iter().zip(tensors).map(|(w, t)| f32::from_words(w, t.numel())).collect())
 }
 
 impl Clone for Tensor {

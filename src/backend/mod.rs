@@ -1,7 +1,9 @@
 //! The backend boundary: what the realize orchestrator asks of a device. A backend runs a job of kernels over a
 //! table of buffers and owns those buffers; it never reads the graph.
 
+pub(crate) mod copy;
 pub(crate) mod cpu;
+pub(crate) mod free;
 pub(crate) mod wgpu;
 
 use crate::error::Result;
@@ -73,10 +75,25 @@ pub(crate) trait Backend: Send + Sync {
     fn poll(&self) -> Result<()>;
     /// Whether a read-back has arrived.
     fn read_ready(&self, id: ReadId) -> bool;
-    /// The words of a read-back (the buffer's bytes, whole words), waiting for them if needed.
-    fn take_read(&self, id: ReadId) -> Result<Vec<u32>>;
+    /// Lends the words of a read-back (the buffer's bytes, whole words) to `f`, waiting for them if needed; the
+    /// read is finished afterwards.
+    fn read_with(&self, id: ReadId, f: &mut dyn FnMut(&[u32])) -> Result<()>;
+    /// The words of a read-back, copied out (in parallel when large).
+    fn take_read(&self, id: ReadId) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        self.read_with(id, &mut |words| out = copy::to_vec(words))?;
+        Ok(out)
+    }
     /// Forgets a read-back nobody will take (its future was dropped or failed).
     fn discard_read(&self, id: ReadId);
+    /// Bytes of free buffers kept for reuse.
+    fn pool_bytes(&self) -> u64;
+    /// The most bytes of free buffers kept for reuse.
+    fn pool_budget(&self) -> u64;
+    /// Changes the budget, dropping the least recently freed buffers that no longer fit.
+    fn set_pool_budget(&self, bytes: u64);
+    /// Drops every free buffer; returns the bytes given back.
+    fn trim(&self) -> u64;
     /// Turns subgroup operations in generated kernels on (where the device has them) or off.
     fn set_subgroups(&self, _on: bool) {}
     /// Whether generated kernels use subgroup operations.

@@ -5,28 +5,25 @@ mod eval;
 mod matmul;
 mod simd;
 
+use super::free::{self, FreeList};
 use super::{Backend, Data, Done, Job, ReadId};
 use crate::error::{Error, Result};
 use crate::graph::BufferKey;
 use crate::kernel::Kind;
 use crate::stats::Stats;
 use slotmap::SlotMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Storage buffers a CPU kernel may bind: there is no hardware limit, but kernels binding many buffers gain nothing.
 const MAX_BINDINGS: usize = 64;
 
-/// Free buffers kept for reuse beyond this many bytes are dropped: a fresh allocation costs page faults and
-/// zeroing, a reused one neither.
-const MAX_FREE_BYTES: usize = 1 << 30;
-
-/// Buffers, free buffers by length, and finished read-backs of one CPU device.
-#[derive(Default)]
+/// Buffers, free buffers, and read-backs of one CPU device. A buffer never changes once a kernel has written it,
+/// so a read-back shares it (zero-copy) instead of copying it.
 struct State {
-    buffers: SlotMap<BufferKey, Vec<f32>>,
-    free: std::collections::HashMap<usize, Vec<Vec<f32>>>,
-    free_bytes: usize,
-    reads: SlotMap<ReadId, Vec<u32>>,
+    buffers: SlotMap<BufferKey, Arc<Vec<f32>>>,
+    /// Free buffers: a fresh allocation costs page faults and zeroing, a reused one neither.
+    free: FreeList<Vec<f32>>,
+    reads: SlotMap<ReadId, Arc<Vec<f32>>>,
 }
 
 /// A device on the host's cores.
@@ -55,7 +52,9 @@ fn alloc_zeroed(len: usize) -> Result<Vec<f32>> {
 
 impl CpuBackend {
     pub fn new() -> CpuBackend {
-        CpuBackend { state: Mutex::new(State::default()) }
+        let budget = free::budget(free::host_memory());
+        let state = State { buffers: SlotMap::with_key(), free: FreeList::new(budget), reads: SlotMap::with_key() };
+        CpuBackend { state: Mutex::new(state) }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -66,8 +65,8 @@ impl CpuBackend {
 impl State {
     /// A buffer of `len` elements: a free one of that length, or a new one (counted).
     fn alloc(&mut self, len: usize, stats: &mut Stats) -> Result<Vec<f32>> {
-        if let Some(v) = self.free.get_mut(&len).and_then(Vec::pop) {
-            self.free_bytes -= len * 4;
+        let bytes = len as u64 * 4;
+        if let Some(v) = self.free.take(bytes, bytes) {
             return Ok(v);
         }
         stats.buffers_allocated += 1;
@@ -77,15 +76,15 @@ impl State {
     fn insert(&mut self, v: Vec<f32>, stats: &mut Stats) -> BufferKey {
         stats.live_buffer_bytes += v.len() as u64 * 4;
         stats.peak_buffer_bytes = stats.peak_buffer_bytes.max(stats.live_buffer_bytes);
-        self.buffers.insert(v)
+        self.buffers.insert(Arc::new(v))
     }
 
     fn remove(&mut self, key: BufferKey, stats: &mut Stats) {
         if let Some(v) = self.buffers.remove(key) {
             stats.live_buffer_bytes -= v.len() as u64 * 4;
-            if self.free_bytes + v.len() * 4 <= MAX_FREE_BYTES {
-                self.free_bytes += v.len() * 4;
-                self.free.entry(v.len()).or_default().push(v);
+            // A buffer a read-back still shares is dropped when the read is done instead.
+            if let Ok(v) = Arc::try_unwrap(v) {
+                drop(self.free.put(v.len() as u64 * 4, v));
             }
         }
     }
@@ -174,7 +173,7 @@ impl Backend for CpuBackend {
             .reads
             .iter()
             .map(|&slot| {
-                let v = bytemuck::cast_slice(&st.buffers[keys[slot].expect("a read buffer exists")]).to_vec();
+                let v = st.buffers[keys[slot].expect("a read buffer exists")].clone();
                 st.reads.insert(v)
             })
             .collect();
@@ -203,12 +202,33 @@ impl Backend for CpuBackend {
         true
     }
 
-    fn take_read(&self, id: ReadId) -> Result<Vec<u32>> {
-        self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))
+    fn read_with(&self, id: ReadId, f: &mut dyn FnMut(&[u32])) -> Result<()> {
+        let values = self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))?;
+        f(bytemuck::cast_slice(&values));
+        Ok(())
     }
 
     fn discard_read(&self, id: ReadId) {
         self.state().reads.remove(id);
+    }
+
+    fn pool_bytes(&self) -> u64 {
+        self.state().free.bytes()
+    }
+
+    fn pool_budget(&self) -> u64 {
+        self.state().free.budget()
+    }
+
+    fn set_pool_budget(&self, bytes: u64) {
+        drop(self.state().free.set_budget(bytes));
+    }
+
+    fn trim(&self) -> u64 {
+        let mut st = self.state();
+        let bytes = st.free.bytes();
+        drop(st.free.drain());
+        bytes
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

@@ -18,6 +18,8 @@ pub struct Gpu {
     /// Whether kernels whose every index is in range by construction (matmul) still get wgpu's bounds checks
     /// (`LAZOR_SHADER_CHECKS`).
     pub checked: bool,
+    /// Bytes of the adapter's largest device-local memory heap, where the backend says (Vulkan).
+    pub memory: Option<u64>,
     /// Set by wgpu's device-lost callback; every later realize fails with it.
     pub lost: Arc<Mutex<Option<String>>>,
     /// Errors no error scope caught (there should be none): kept so the next realize returns them.
@@ -55,6 +57,25 @@ fn backends() -> Result<wgpu::Backends> {
         }
     };
     Ok(b)
+}
+
+/// The size of the adapter's largest device-local heap: Vulkan reports its heaps, wgpu's own API does not.
+#[cfg(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd"))]
+fn device_memory(adapter: &wgpu::Adapter) -> Option<u64> {
+    /// `VK_MEMORY_HEAP_DEVICE_LOCAL_BIT`.
+    const DEVICE_LOCAL: u32 = 1;
+    // SAFETY: only reads the physical device's memory properties; nothing is created or destroyed.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let instance = hal.shared_instance().raw_instance();
+    // SAFETY: the physical device belongs to this instance, which outlives the call.
+    let props = unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+    let heaps = props.memory_heaps.get(..props.memory_heap_count as usize)?;
+    heaps.iter().filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0).map(|h| h.size).max()
+}
+
+#[cfg(not(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd")))]
+fn device_memory(_adapter: &wgpu::Adapter) -> Option<u64> {
+    None
 }
 
 impl Gpu {
@@ -96,6 +117,7 @@ impl Gpu {
             )));
         };
         let info = adapter.get_info();
+        let memory = device_memory(&adapter);
         // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB, far below real GPUs.
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -120,7 +142,7 @@ impl Gpu {
         let subgroups = device.features().contains(wgpu::Features::SUBGROUP);
         let f16 = device.features().contains(wgpu::Features::SHADER_F16);
         let checked = crate::env::shader_checks();
-        Ok(Gpu { device, queue, info, limits, subgroups, f16, checked, lost, uncaptured })
+        Ok(Gpu { device, queue, info, limits, subgroups, f16, checked, memory, lost, uncaptured })
     }
 
     /// Fails if the device was lost or wgpu reported an error outside any scope.

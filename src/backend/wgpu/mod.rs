@@ -30,7 +30,6 @@ pub(crate) struct WgpuBackend {
 }
 
 /// The backend's mutable parts, behind one lock.
-#[derive(Default)]
 struct State {
     pool: pool::Pool,
     pipelines: pipelines::Pipelines,
@@ -46,7 +45,9 @@ impl WgpuBackend {
         let gpu = Gpu::open(hardware_only)?;
         let subgroups = AtomicBool::new(gpu.subgroups && !crate::env::no_subgroups());
         let f16 = AtomicBool::new(gpu.f16 && !crate::env::no_f16());
-        Ok(WgpuBackend { gpu, state: Mutex::new(State::default()), subgroups, f16 })
+        let pool = pool::Pool::new(crate::backend::free::budget(gpu.memory));
+        let state = State { pool, pipelines: Default::default(), reads: SlotMap::with_key() };
+        Ok(WgpuBackend { gpu, state: Mutex::new(state), subgroups, f16 })
     }
 
     /// What codegen may use on this device now.
@@ -99,13 +100,29 @@ impl Backend for WgpuBackend {
         self.state().reads.get(id).is_none_or(|p| p.ready())
     }
 
-    fn take_read(&self, id: ReadId) -> Result<Vec<u32>> {
-        self.finish_read(id)
+    fn read_with(&self, id: ReadId, f: &mut dyn FnMut(&[u32])) -> Result<()> {
+        self.finish_read(id, f)
     }
 
     fn discard_read(&self, id: ReadId) {
         // Dropping the staging buffer cancels its mapping.
         self.state().reads.remove(id);
+    }
+
+    fn pool_bytes(&self) -> u64 {
+        self.state().pool.free_bytes()
+    }
+
+    fn pool_budget(&self) -> u64 {
+        self.state().pool.budget()
+    }
+
+    fn set_pool_budget(&self, bytes: u64) {
+        self.state().pool.set_budget(bytes);
+    }
+
+    fn trim(&self) -> u64 {
+        self.state().pool.trim()
     }
 
     fn set_subgroups(&self, on: bool) {

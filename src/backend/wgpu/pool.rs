@@ -1,22 +1,17 @@
-//! Device buffers: the live ones, keyed for the graph, and a best-fit pool of free ones to reuse.
+//! Device buffers: the live ones, keyed for the graph, and pools of free storage and read-back staging buffers to
+//! reuse before allocating (the policy is `backend/free.rs`).
 
+use crate::backend::free::FreeList;
 use crate::graph::BufferKey;
 use crate::stats::Stats;
 use slotmap::SlotMap;
-use std::collections::BTreeMap;
-
-/// Free buffers beyond this many bytes are destroyed rather than kept for reuse.
-const MAX_FREE_BYTES: u64 = 1 << 30;
 
 /// Storage and staging buffers of one device.
-#[derive(Default)]
 pub struct Pool {
     live: SlotMap<BufferKey, wgpu::Buffer>,
-    /// Free storage buffers by size.
-    free: BTreeMap<u64, Vec<wgpu::Buffer>>,
-    free_bytes: u64,
-    /// Free read-back buffers by size.
-    staging: BTreeMap<u64, Vec<wgpu::Buffer>>,
+    free: FreeList<wgpu::Buffer>,
+    /// Read-back buffers: host memory the driver pins, so they get their own, smaller budget.
+    staging: FreeList<wgpu::Buffer>,
 }
 
 /// Buffer sizes are rounded to 256 bytes, so near sizes share buffers and every buffer holds whole vec4s.
@@ -24,36 +19,51 @@ fn round(bytes: u64) -> u64 {
     bytes.max(4).next_multiple_of(256)
 }
 
-/// The smallest free buffer of at least `size` bytes and at most twice that.
-fn take_fit(free: &mut BTreeMap<u64, Vec<wgpu::Buffer>>, size: u64) -> Option<wgpu::Buffer> {
-    let (&found, _) = free.range(size..=size.saturating_mul(2)).next()?;
-    let list = free.get_mut(&found)?;
-    let buf = list.pop();
-    if list.is_empty() {
-        free.remove(&found);
-    }
-    buf
+/// Free buffers a request may take: up to twice its size, so a small request never pins a huge buffer.
+fn fit(size: u64) -> u64 {
+    size.saturating_mul(2)
+}
+
+/// The staging budget for a storage budget: a quarter, but at least 256 MiB (one 2^26-element read) and at most
+/// 4 GiB, and never above the storage budget itself.
+fn staging_budget(budget: u64) -> u64 {
+    (budget / 4).clamp(256 << 20, 4 << 30).min(budget)
 }
 
 impl Pool {
+    /// A pool keeping at most `budget` bytes of free storage buffers.
+    pub fn new(budget: u64) -> Pool {
+        Pool { live: SlotMap::with_key(), free: FreeList::new(budget), staging: FreeList::new(staging_budget(budget)) }
+    }
+
+    /// Changes the free storage budget (and the staging budget with it), dropping what no longer fits.
+    pub fn set_budget(&mut self, budget: u64) {
+        drop(self.free.set_budget(budget));
+        drop(self.staging.set_budget(staging_budget(budget)));
+    }
+
+    /// The free storage budget in bytes.
+    pub fn budget(&self) -> u64 {
+        self.free.budget()
+    }
+
+    /// Bytes of free buffers held for reuse, storage and staging.
+    pub fn free_bytes(&self) -> u64 {
+        self.free.bytes() + self.staging.bytes()
+    }
+
     /// A storage buffer of at least `bytes` bytes, reused when one fits.
     pub fn alloc(&mut self, device: &wgpu::Device, bytes: u64, stats: &mut Stats) -> BufferKey {
         let size = round(bytes);
-        let buffer = match take_fit(&mut self.free, size) {
-            Some(b) => {
-                self.free_bytes -= b.size();
-                b
-            }
-            None => {
-                stats.buffers_allocated += 1;
-                device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("lazor"),
-                    size,
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            }
-        };
+        let buffer = self.free.take(size, fit(size)).unwrap_or_else(|| {
+            stats.buffers_allocated += 1;
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("lazor"),
+                size,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        });
         stats.live_buffer_bytes += buffer.size();
         stats.peak_buffer_bytes = stats.peak_buffer_bytes.max(stats.live_buffer_bytes);
         self.live.insert(buffer)
@@ -65,20 +75,19 @@ impl Pool {
     }
 
     /// Returns a buffer to the pool. Safe while GPU work that uses it is in flight: the queue runs in order, so
-    /// whoever gets it next writes it after that work.
+    /// whoever gets it next writes it after that work, and a buffer evicted now is freed by wgpu once that work
+    /// is done.
     pub fn release(&mut self, key: BufferKey, stats: &mut Stats) {
         let Some(buffer) = self.live.remove(key) else { return };
         stats.live_buffer_bytes -= buffer.size();
-        if self.free_bytes + buffer.size() <= MAX_FREE_BYTES {
-            self.free_bytes += buffer.size();
-            self.free.entry(buffer.size()).or_default().push(buffer);
-        }
+        // Dropped, not destroyed: `destroy` would free memory that submitted kernels may still read.
+        drop(self.free.put(buffer.size(), buffer));
     }
 
     /// A mappable buffer to copy `bytes` bytes into for reading back.
     pub fn staging(&mut self, device: &wgpu::Device, bytes: u64, stats: &mut Stats) -> wgpu::Buffer {
         let size = round(bytes);
-        take_fit(&mut self.staging, size).unwrap_or_else(|| {
+        self.staging.take(size, fit(size)).unwrap_or_else(|| {
             stats.buffers_allocated += 1;
             device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("lazor read back"),
@@ -89,10 +98,16 @@ impl Pool {
         })
     }
 
-    /// Returns an unmapped staging buffer for reuse (small ones only: big reads are rare and memory is not).
+    /// Returns an unmapped staging buffer for reuse.
     pub fn release_staging(&mut self, buffer: wgpu::Buffer) {
-        if buffer.size() <= 64 << 20 {
-            self.staging.entry(buffer.size()).or_default().push(buffer);
-        }
+        drop(self.staging.put(buffer.size(), buffer));
+    }
+
+    /// Drops every free buffer (storage and staging); returns the bytes given back.
+    pub fn trim(&mut self) -> u64 {
+        let bytes = self.free_bytes();
+        drop(self.free.drain());
+        drop(self.staging.drain());
+        bytes
     }
 }

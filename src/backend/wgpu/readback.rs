@@ -1,4 +1,5 @@
-//! Reading results back: map the staging copies a job made, wait, copy out, return the staging buffer.
+//! Reading results back: map the staging copies a job made, wait, lend the mapped words, return the staging buffer
+//! to the pool.
 
 use super::WgpuBackend;
 use crate::backend::ReadId;
@@ -37,24 +38,25 @@ impl Pending {
 }
 
 impl WgpuBackend {
-    /// Waits for a read-back if needed, copies it out and returns its staging buffer to the pool.
-    pub(super) fn finish_read(&self, id: ReadId) -> Result<Vec<u32>> {
+    /// Waits for a read-back if needed, lends the mapped words to `f` and returns the staging buffer to the pool.
+    /// The backend's lock is not held while `f` runs.
+    pub(super) fn finish_read(&self, id: ReadId, f: &mut dyn FnMut(&[u32])) -> Result<()> {
         let pending = self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))?;
         if !pending.ready() {
             self.gpu.wait()?;
         }
         let status = lock(&pending.mapped).take().unwrap_or_else(|| Err("map callback never ran".into()));
-        let values = status.and_then(|()| {
-            let view = pending.buffer.get_mapped_range(0..pending.bytes).map_err(|e| e.to_string())?;
-            Ok(bytemuck::pod_collect_to_vec::<u8, u32>(&view))
-        });
-        match values {
-            Ok(v) => {
-                pending.buffer.unmap();
-                self.state().pool.release_staging(pending.buffer);
-                Ok(v)
+        status.map_err(Error::ReadBack)?;
+        {
+            let view = pending.buffer.get_mapped_range(0..pending.bytes).map_err(|e| Error::ReadBack(e.to_string()))?;
+            // Mappings are aligned far beyond 4 bytes; the copy is for a backend that ever hands out less.
+            match bytemuck::try_cast_slice::<u8, u32>(&view) {
+                Ok(words) => f(words),
+                Err(_) => f(&bytemuck::pod_collect_to_vec::<u8, u32>(&view)),
             }
-            Err(e) => Err(Error::ReadBack(e)),
         }
+        pending.buffer.unmap();
+        self.state().pool.release_staging(pending.buffer);
+        Ok(())
     }
 }
