@@ -1789,6 +1789,10 @@ fn cpu() -> bool {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     // One cell of the process-life section, run in a fresh process by that section.
+    if args.first().is_some_and(|a| a == "life-compile") {
+        life::compile_child();
+        return ExitCode::SUCCESS;
+    }
     if let [mode, case, n] = &args[..] {
         if mode == "life-cell" {
             life::child(case, n.parse().expect("a size"));

@@ -194,6 +194,13 @@ impl Device {
         self.wgpu().gpu.info.clone()
     }
 
+    /// The file where this device keeps compiled pipelines between processes (`LAZOR_CACHE_DIR`), or `None` where
+    /// it keeps none: the CPU backend, an adapter without `wgpu::Features::PIPELINE_CACHE` (only Vulkan has it),
+    /// or `LAZOR_CACHE_DIR` set empty.
+    pub fn pipeline_cache_file(&self) -> Option<std::path::PathBuf> {
+        self.inner.backend.as_any().downcast_ref::<WgpuBackend>()?.pipeline_cache_file()
+    }
+
     /// A human-readable name of the device and its backend, e.g. "NVIDIA H200 (Vulkan)".
     pub fn name(&self) -> String {
         self.inner.backend.name()

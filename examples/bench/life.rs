@@ -4,7 +4,7 @@
 //! to schedule large graphs.
 
 use super::common::Case;
-use super::{inputs, measure, ms, Config, Timing};
+use super::{inputs, measure, measure_parts, ms, Config, Timing};
 use lazor::{Device, Tensor};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -51,6 +51,76 @@ pub fn child(case: &str, n: usize) {
     let cfg = Config::from_env(Vec::new(), BATCH);
     let (t, _) = cell(&dev, &cfg, case, n);
     println!("{:.1}", gbs(n, t));
+}
+
+/// Compiles a set of distinct kernels (elementwise, reductions, a matmul) in this process and prints the
+/// milliseconds their first realizes took: what the parent reads from a child.
+pub fn compile_child() {
+    let dev = Device::default();
+    let x = Tensor::from_vec_on(inputs(1 << 12, 5), [64, 64], &dev);
+    x.realize().expect("upload");
+    dev.synchronize().expect("sync");
+    let start = Instant::now();
+    let exprs = [
+        (&x * 2.0 + 1.0).exp(),
+        (&x - 0.5).abs().sqrt() * x.tanh(),
+        x.softmax(-1),
+        x.sum(0),
+        x.max_keepdim(-1) + &x,
+        (&x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt(),
+        x.matmul(&x).relu(),
+        x.t() + &x,
+    ];
+    for e in &exprs {
+        e.realize().expect("realize");
+    }
+    dev.synchronize().expect("sync");
+    println!("{:.3} {}", start.elapsed().as_secs_f64() * 1e3, dev.stats().pipelines_compiled);
+}
+
+/// Runs `compile_child` in a fresh process with the driver's own disk caches off, so only lazor's counts.
+fn compile_in_fresh_process(cache_dir: &std::path::Path) -> Option<(f64, u64)> {
+    let exe = std::env::current_exe().ok()?;
+    let out = std::process::Command::new(exe)
+        .arg("life-compile")
+        .env("LAZOR_CACHE_DIR", cache_dir)
+        .env("__GL_SHADER_DISK_CACHE", "0")
+        .env("MESA_SHADER_CACHE_DISABLE", "true")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace();
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// The first realizes of new kernels in a fresh process: with an empty disk cache, then with what that run saved,
+/// then with the cache off.
+fn warm_start(dev: &Device) {
+    let dir = std::env::temp_dir().join(format!("lazor-bench-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "
+### Warm starts: compiling 8 new kernels in a fresh process (driver disk caches off)
+"
+    );
+    println!("- this device keeps a pipeline cache: {}", dev.pipeline_cache_file().is_some());
+    println!(
+        "
+| run | ms | pipelines compiled |"
+    );
+    println!("|---|---|---|");
+    let runs = [
+        ("first process, empty cache", dir.clone()),
+        ("second process, cache from the first", dir.clone()),
+        ("cache off (`LAZOR_CACHE_DIR=`)", std::path::PathBuf::new()),
+    ];
+    for (name, d) in runs {
+        match compile_in_fresh_process(&d) {
+            Some((ms, n)) => println!("| {name} | {ms:.1} | {n} |"),
+            None => println!("| {name} | failed | - |"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The cell measured in a fresh process (this binary, run again for one cell).
@@ -107,6 +177,7 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
     );
     reads(dev, cfg, small);
     latency(dev, cfg);
+    warm_start(dev);
     huge(dev, cfg, small);
     schedule_cost(dev);
     true
@@ -144,10 +215,13 @@ fn reads(dev: &Device, cfg: &Config, small: bool) {
 fn latency(dev: &Device, cfg: &Config) {
     let [a, b, c] = abc(dev, 1024);
     let y = || Case::Chain3.build(&a, &b, &c);
-    let host = measure(cfg, || {
+    let [host] = measure_parts(cfg, || {
+        let start = Instant::now();
         y().realize().expect("realize");
+        let t = start.elapsed();
+        dev.synchronize().expect("sync");
+        [t]
     });
-    dev.synchronize().expect("sync");
     let synced = measure(cfg, || {
         y().realize().expect("realize");
         dev.synchronize().expect("sync");

@@ -7,11 +7,7 @@ use crate::codegen;
 use crate::error::Result;
 use crate::graph::BufferKey;
 use crate::stats::Stats;
-use std::num::NonZeroU64;
-
-fn binding(buffer: &wgpu::Buffer, offset: u64, bytes: u64) -> wgpu::BindingResource<'_> {
-    wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: NonZeroU64::new(bytes) })
-}
+use smallvec::SmallVec;
 
 /// Bytes a binding of a `bytes`-byte value covers: whole 16-byte vectors (buffers are allocated in 256-byte steps).
 fn bound(bytes: u64) -> u64 {
@@ -24,6 +20,8 @@ impl WgpuBackend {
         let mut guard = self.state();
         let st = &mut *guard;
         let scopes = Scopes::push(&gpu.device);
+        let compiled_before = stats.pipelines_compiled;
+        st.bind_groups.sync(st.pool.dropped);
 
         // Buffers of the job: existing ones by key, uploads written now (staged into the same submit), fresh ones
         // taken from the pool when their kernel runs.
@@ -92,23 +90,14 @@ impl WgpuBackend {
                     keys[slot] = Some(key);
                 }
                 let (offset, size) = param_at[n];
-                let mut entries = vec![wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: binding(st.pool.get(param_buf.expect("params")), offset, size),
-                }];
+                let mut ranges: SmallVec<[(wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
+                ranges.push((st.pool.get(param_buf.expect("params")).clone(), offset, size));
                 let slots = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
-                for (b, slot) in slots.enumerate() {
+                for slot in slots {
                     let key = keys[slot].expect("a kernel's inputs are written before it runs");
-                    entries.push(wgpu::BindGroupEntry {
-                        binding: 1 + b as u32,
-                        resource: binding(st.pool.get(key), 0, bound(job.buffers[slot].bytes)),
-                    });
+                    ranges.push((st.pool.get(key).clone(), 0, bound(job.buffers[slot].bytes)));
                 }
-                let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &compiled.layout,
-                    entries: &entries,
-                });
+                let bind_group = st.bind_groups.get(&gpu.device, &compiled.pipeline, &compiled.layout, ranges);
                 pass.set_pipeline(&compiled.pipeline);
                 pass.set_bind_group(0, &bind_group, &[]);
                 let (x, y) = codegen::dispatch_size(kernel.threads(), max_groups);
@@ -142,6 +131,10 @@ impl WgpuBackend {
         }
         if let Some(key) = param_buf {
             st.pool.release(key, stats);
+        }
+        // New pipelines go to disk now, while the GPU runs them: a program may never drop its device.
+        if stats.pipelines_compiled > compiled_before {
+            st.pipelines.save();
         }
         let outcome = match failed {
             Some(e) => Err(e),

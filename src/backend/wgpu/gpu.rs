@@ -123,8 +123,10 @@ impl Gpu {
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("lazor"),
             required_limits: limits.clone(),
-            // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory.
-            required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
+            // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory. A
+            // pipeline cache where offered: compiled kernels are kept on disk between processes.
+            required_features: adapter.features()
+                & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::PIPELINE_CACHE),
             ..Default::default()
         }))
         .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })?;

@@ -1,5 +1,7 @@
 //! The wgpu backend: device setup, buffers, pipelines, running a job in one submit and reading results back.
 
+mod bind_groups;
+mod disk_cache;
 mod execute;
 pub(crate) mod gpu;
 mod pipelines;
@@ -32,6 +34,7 @@ pub(crate) struct WgpuBackend {
 /// The backend's mutable parts, behind one lock.
 struct State {
     pool: pool::Pool,
+    bind_groups: bind_groups::BindGroups,
     pipelines: pipelines::Pipelines,
     reads: SlotMap<ReadId, readback::Pending>,
 }
@@ -46,7 +49,9 @@ impl WgpuBackend {
         let subgroups = AtomicBool::new(gpu.subgroups && !crate::env::no_subgroups());
         let f16 = AtomicBool::new(gpu.f16 && !crate::env::no_f16());
         let pool = pool::Pool::new(crate::backend::free::budget(gpu.memory));
-        let state = State { pool, pipelines: Default::default(), reads: SlotMap::with_key() };
+        let mut pipelines = pipelines::Pipelines::default();
+        pipelines.disk = disk_cache::DiskCache::open(&gpu.device, &gpu.info, disk_cache::dir());
+        let state = State { pool, bind_groups: Default::default(), pipelines, reads: SlotMap::with_key() };
         Ok(WgpuBackend { gpu, state: Mutex::new(state), subgroups, f16 })
     }
 
@@ -56,6 +61,11 @@ impl WgpuBackend {
             subgroups: self.subgroups.load(Ordering::Relaxed),
             f16: self.f16.load(Ordering::Relaxed),
         }
+    }
+
+    /// The file the driver's pipeline cache is kept in, where there is one.
+    pub fn pipeline_cache_file(&self) -> Option<std::path::PathBuf> {
+        self.state().pipelines.disk.as_ref().map(|d| d.path().to_path_buf())
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -118,11 +128,19 @@ impl Backend for WgpuBackend {
     }
 
     fn set_pool_budget(&self, bytes: u64) {
-        self.state().pool.set_budget(bytes);
+        let mut st = self.state();
+        st.pool.set_budget(bytes);
+        let dropped = st.pool.dropped;
+        st.bind_groups.sync(dropped);
     }
 
     fn trim(&self) -> u64 {
-        self.state().pool.trim()
+        let mut st = self.state();
+        let bytes = st.pool.trim();
+        // Cached bind groups hold buffers: let go of them now, not at the next realize.
+        let dropped = st.pool.dropped;
+        st.bind_groups.sync(dropped);
+        bytes
     }
 
     fn set_subgroups(&self, on: bool) {

@@ -1,5 +1,6 @@
 //! The per-device pipeline cache, keyed on generated WGSL (which encodes a kernel's structure and nothing else).
 
+use super::disk_cache::DiskCache;
 use super::gpu::Scopes;
 use crate::error::{Error, Result};
 use crate::stats::Stats;
@@ -19,6 +20,8 @@ pub struct Compiled {
 pub struct Pipelines {
     cache: HashMap<String, Arc<Compiled>>,
     by_key: HashMap<crate::codegen::Key, Arc<Compiled>>,
+    /// The driver's cache, kept on disk between processes, where the device has one.
+    pub disk: Option<DiskCache>,
 }
 
 impl Pipelines {
@@ -27,6 +30,13 @@ impl Pipelines {
         let p = self.by_key.get(key)?;
         stats.pipeline_cache_hits += 1;
         Some(p.clone())
+    }
+
+    /// Writes the driver's cache to disk, where there is one.
+    pub fn save(&self) {
+        if let Some(d) = &self.disk {
+            d.save();
+        }
     }
 
     /// Remembers `compiled` as the pipeline of structure `key`.
@@ -69,7 +79,7 @@ impl Pipelines {
             module: &module,
             entry_point: Some("main"),
             compilation_options: Default::default(),
-            cache: None,
+            cache: self.disk.as_ref().map(|d| &d.cache),
         });
         scopes.pop().map_err(|e| Error::KernelCompile { kernel: name.to_string(), message: e.to_string() })?;
         stats.pipelines_compiled += 1;

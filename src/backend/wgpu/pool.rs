@@ -12,6 +12,9 @@ pub struct Pool {
     free: FreeList<wgpu::Buffer>,
     /// Read-back buffers: host memory the driver pins, so they get their own, smaller budget.
     staging: FreeList<wgpu::Buffer>,
+    /// Counts storage buffers the pool has let go of: cached bind groups that may name one are stale after it
+    /// changes (they would keep its memory alive).
+    pub dropped: u64,
 }
 
 /// Buffer sizes are rounded to 256 bytes, so near sizes share buffers and every buffer holds whole vec4s.
@@ -33,12 +36,17 @@ fn staging_budget(budget: u64) -> u64 {
 impl Pool {
     /// A pool keeping at most `budget` bytes of free storage buffers.
     pub fn new(budget: u64) -> Pool {
-        Pool { live: SlotMap::with_key(), free: FreeList::new(budget), staging: FreeList::new(staging_budget(budget)) }
+        Pool {
+            live: SlotMap::with_key(),
+            free: FreeList::new(budget),
+            staging: FreeList::new(staging_budget(budget)),
+            dropped: 0,
+        }
     }
 
     /// Changes the free storage budget (and the staging budget with it), dropping what no longer fits.
     pub fn set_budget(&mut self, budget: u64) {
-        drop(self.free.set_budget(budget));
+        self.dropped += self.free.set_budget(budget).len() as u64;
         drop(self.staging.set_budget(staging_budget(budget)));
     }
 
@@ -81,7 +89,7 @@ impl Pool {
         let Some(buffer) = self.live.remove(key) else { return };
         stats.live_buffer_bytes -= buffer.size();
         // Dropped, not destroyed: `destroy` would free memory that submitted kernels may still read.
-        drop(self.free.put(buffer.size(), buffer));
+        self.dropped += self.free.put(buffer.size(), buffer).len() as u64;
     }
 
     /// A mappable buffer to copy `bytes` bytes into for reading back.
@@ -106,7 +114,7 @@ impl Pool {
     /// Drops every free buffer (storage and staging); returns the bytes given back.
     pub fn trim(&mut self) -> u64 {
         let bytes = self.free_bytes();
-        drop(self.free.drain());
+        self.dropped += self.free.drain().len() as u64;
         drop(self.staging.drain());
         bytes
     }
