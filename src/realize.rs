@@ -82,6 +82,7 @@ impl Device {
         let read_slots: Vec<usize> = reads.iter().flatten().copied().collect();
         let job =
             |buffers| Job { buffers, kernels: &plan.kernels, frees: &plan.frees, keep: &keep, reads: &read_slots };
+        let planned = start.elapsed();
         let done = match backend.run(job(buffers()), stats, debug) {
             // Free buffers kept for reuse may be what is missing: give them back and try once more.
             Err(Error::OutOfMemory(_)) if backend.trim() > 0 => backend.run(job(buffers()), stats, debug)?,
@@ -105,10 +106,11 @@ impl Device {
                 self.free(stats, freed);
             }
         }
+        let ran = start.elapsed();
         if debug >= 1 {
             let s = *stats;
             eprintln!(
-                "lazor: realize #{}: {} nodes, {} kernels, {} dispatches, {} B up, {} B down, {} compiled, {:.3} ms",
+                "lazor: realize #{}: {} nodes, {} kernels, {} dispatches, {} B up, {} B down, {} compiled, {:.3} ms (plan {:.3}, backend {:.3})",
                 s.realizes,
                 plan.nodes,
                 plan.kernels.len(),
@@ -116,7 +118,9 @@ impl Device {
                 s.bytes_uploaded - before.bytes_uploaded,
                 s.bytes_downloaded - before.bytes_downloaded,
                 s.pipelines_compiled - before.pipelines_compiled,
-                start.elapsed().as_secs_f64() * 1e3
+                start.elapsed().as_secs_f64() * 1e3,
+                planned.as_secs_f64() * 1e3,
+                (ran - planned).as_secs_f64() * 1e3
             );
         }
         let mut tickets = done.reads.into_iter();

@@ -255,8 +255,10 @@ fn huge(dev: &Device, cfg: &Config, small: bool) {
         return;
     }
     let (t, _) = cell(dev, cfg, Case::Chain3, n);
+    let fresh = fresh(Case::Chain3, n).map_or("failed".into(), |f| format!("{f:.1} GB/s"));
     println!(
-        "\n- chain3 at 2^27 (512 MiB per tensor), x{BATCH} realizes then sync: {} ms each, {:.1} GB/s",
+        "\n- chain3 at 2^27 (512 MiB per tensor), x{BATCH} realizes then sync: {} ms each, {:.1} GB/s here, after \
+         the cells above; {fresh} in a fresh process",
         ms(t.median),
         gbs(n, t)
     );

@@ -19,6 +19,7 @@ impl WgpuBackend {
         let gpu = &self.gpu;
         let mut guard = self.state();
         let st = &mut *guard;
+        let t0 = std::time::Instant::now();
         let scopes = Scopes::push(&gpu.device);
         let compiled_before = stats.pipelines_compiled;
         st.bind_groups.sync(st.pool.dropped);
@@ -57,6 +58,7 @@ impl WgpuBackend {
             key
         });
 
+        let t_upload = t0.elapsed();
         let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("lazor") });
         let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
         let mut failed = None;
@@ -126,7 +128,16 @@ impl WgpuBackend {
         let uploads = job.buffers.iter().any(|b| matches!(b.data, Data::Upload(_)));
         let has_work = !job.kernels.is_empty() || uploads || !staged.is_empty();
         if has_work && failed.is_none() {
+            let t_encode = t0.elapsed();
             gpu.queue.submit([encoder.finish()]);
+            if debug >= 3 {
+                eprintln!(
+                    "lazor: wgpu phases: scopes+uploads+params {:.1} us, encode {:.1} us, submit {:.1} us",
+                    t_upload.as_secs_f64() * 1e6,
+                    (t_encode - t_upload).as_secs_f64() * 1e6,
+                    (t0.elapsed() - t_encode).as_secs_f64() * 1e6
+                );
+            }
             stats.submits += 1;
         }
         if let Some(key) = param_buf {
@@ -136,10 +147,17 @@ impl WgpuBackend {
         if stats.pipelines_compiled > compiled_before {
             st.pipelines.save();
         }
+        let t_pop = t0.elapsed();
         let outcome = match failed {
             Some(e) => Err(e),
             None => scopes.pop(),
         };
+        if debug >= 3 {
+            eprintln!(
+                "lazor: wgpu phases: error scopes popped in {:.1} us",
+                (t0.elapsed() - t_pop).as_secs_f64() * 1e6
+            );
+        }
         let kept: Vec<BufferKey> = match outcome {
             Ok(()) => job.keep.iter().map(|&s| keys[s].take().expect("kept buffers exist")).collect(),
             Err(_) => Vec::new(),
