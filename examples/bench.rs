@@ -93,15 +93,7 @@ fn env_num(name: &str) -> Option<u64> {
 
 /// Deterministic inputs in [-1, 1).
 fn inputs(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    uniform(n, seed).into_iter().map(|x| x * 2.0 - 1.0).collect()
 }
 
 /// Median of timed runs, after warm-up (the first run compiles pipelines and allocates buffers).

@@ -15,7 +15,7 @@ const BATCH: u32 = 8;
 /// The elementwise sizes of the long sequence.
 fn sizes(dev: &Device, small: bool) -> Vec<usize> {
     let top = if small { 22 } else { 26 };
-    (10..=top).step_by(2).map(|l| 1usize << l).filter(|&n| 16 * n as u64 <= 4 * dev.max_tensor_bytes()).collect()
+    (10..=top).step_by(2).map(|l| 1usize << l).filter(|&n| 4 * n as u64 <= dev.max_tensor_bytes()).collect()
 }
 
 fn abc(dev: &Device, n: usize) -> [Tensor; 3] {

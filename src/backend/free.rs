@@ -52,11 +52,7 @@ impl<B> FreeList<B> {
     /// Changes the budget; returns the buffers evicted to stay within it, oldest first.
     pub fn set_budget(&mut self, budget: u64) -> Vec<B> {
         self.budget = budget;
-        let mut evicted = Vec::new();
-        while self.bytes > self.budget {
-            evicted.push(self.evict_oldest().expect("over budget means not empty"));
-        }
-        evicted
+        self.evict_over_budget()
     }
 
     /// Buffers it holds.
@@ -87,7 +83,16 @@ impl<B> FreeList<B> {
         self.by_size.entry(size).or_default().push_back((self.tick, buffer));
         self.order.insert(self.tick, size);
         self.bytes += size;
-        self.set_budget(self.budget)
+        self.evict_over_budget()
+    }
+
+    /// Evicts the oldest buffers until the list is within its budget.
+    fn evict_over_budget(&mut self) -> Vec<B> {
+        let mut evicted = Vec::new();
+        while self.bytes > self.budget {
+            evicted.push(self.evict_oldest().expect("over budget means not empty"));
+        }
+        evicted
     }
 
     /// Removes and returns every buffer.

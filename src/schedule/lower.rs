@@ -532,15 +532,22 @@ pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
     }
 }
 
-/// Lowers one elementwise group to a kernel. `written` says which members leave the kernel; `slot` names a
-/// node's buffer in the plan. Fails with a node that must be materialized first.
-pub(super) fn lower(
-    graph: &Graph,
-    fusion: &Fusion,
-    grp: &Group,
-    written: &dyn Fn(NodeId) -> bool,
-    slot: &mut dyn FnMut(NodeId) -> usize,
-) -> Result<Kernel, NodeId> {
+/// One group to lower and what lowering it needs from the plan.
+pub(super) struct GroupCtx<'a> {
+    pub graph: &'a Graph,
+    pub fusion: &'a Fusion,
+    pub grp: &'a Group,
+    /// Whether a member leaves its kernel (requested, or read by another group).
+    pub written: &'a dyn Fn(NodeId) -> bool,
+    /// Names a node's buffer in the plan.
+    pub slot: &'a mut dyn FnMut(NodeId) -> usize,
+    /// Makes a plan buffer of that many bytes for partial folds.
+    pub scratch: &'a mut dyn FnMut(u64) -> usize,
+}
+
+/// Lowers one elementwise group to a kernel. Fails with a node that must be materialized first.
+pub(super) fn lower(cx: GroupCtx) -> Result<Kernel, NodeId> {
+    let GroupCtx { graph, fusion, grp, written, slot, .. } = cx;
     let k = kernel(Kind::Elementwise, &grp.shape, grp.shape.numel());
     let mut l = Lowerer::new(graph, fusion, &grp.members, k, slot);
     l.epilogue(&grp.members, &grp.shape, None, written)?;

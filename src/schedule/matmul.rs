@@ -2,8 +2,7 @@
 //! elementwise members that consume it (the epilogue, run before the one store). Matrix-vector shapes are folds,
 //! lowered by the reduce path, which is built for memory bandwidth; everything else is one tiled kernel.
 
-use super::fuse::{Fusion, Group};
-use super::lower::{kernel, Lowerer};
+use super::lower::{kernel, GroupCtx, Lowerer};
 use super::reduce::{lower_fold, Fold};
 use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
@@ -38,23 +37,18 @@ pub(super) fn choose_tile(m: usize, n: usize, batch: usize) -> MatmulTile {
     SMALL
 }
 
-/// Lowers the group whose first member is a matmul node; `scratch` makes a plan buffer for partial folds.
-pub(super) fn lower(
-    graph: &Graph,
-    fusion: &Fusion,
-    grp: &Group,
-    written: &dyn Fn(NodeId) -> bool,
-    slot: &mut dyn FnMut(NodeId) -> usize,
-    scratch: &mut dyn FnMut(u64) -> usize,
-) -> Result<Vec<Kernel>, NodeId> {
-    let mm = grp.members[0];
+/// Lowers the group whose first member is a matmul node.
+pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
+    let graph = cx.graph;
+    let mm = cx.grp.members[0];
     let Op::Matmul(a, b) = graph.node(mm).op else { unreachable!("a matmul group starts with its product") };
     let out = graph.node(mm).shape.clone();
     let r = out.ndim();
     let (m, n) = (out.dims()[r - 2], out.dims()[r - 1]);
     if m == 1 || n == 1 {
-        return matrix_vector(graph, fusion, grp, written, slot, scratch);
+        return matrix_vector(cx);
     }
+    let GroupCtx { fusion, grp, written, slot, .. } = cx;
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
     let k = sa.dims()[r - 1];
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &out, out.numel()), slot);
@@ -123,15 +117,9 @@ fn contiguous_along(graph: &Graph, id: NodeId, axis: usize) -> bool {
 /// work is a fold of `a * b` over k, laid out so that the matrix is read along its contiguous axis: k innermost
 /// (a team of threads per output) when the matrix is contiguous along k, otherwise k outer (a thread per output,
 /// neighbours reading neighbours).
-fn matrix_vector(
-    graph: &Graph,
-    fusion: &Fusion,
-    grp: &Group,
-    written: &dyn Fn(NodeId) -> bool,
-    slot: &mut dyn FnMut(NodeId) -> usize,
-    scratch: &mut dyn FnMut(u64) -> usize,
-) -> Result<Vec<Kernel>, NodeId> {
-    let Op::Matmul(a, b) = graph.node(grp.members[0]).op else {
+fn matrix_vector(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
+    let graph = cx.graph;
+    let Op::Matmul(a, b) = graph.node(cx.grp.members[0]).op else {
         unreachable!("a matmul group starts with its product")
     };
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
@@ -169,5 +157,5 @@ fn matrix_vector(
     };
     let axis = if k_inner { r - 1 } else { r - 2 };
     let fold = Fold { op: ReduceOp::Sum, domain: Shape::from(domain), axis, dtype: DType::F32, value: &mut value };
-    lower_fold(graph, fusion, grp, written, slot, scratch, fold)
+    lower_fold(cx, fold)
 }

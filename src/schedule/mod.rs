@@ -117,27 +117,22 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
         let mut lower_all = || -> Result<Vec<Kernel>, NodeId> {
             let mut kernels = Vec::with_capacity(groups.len());
             for g in &groups {
+                // Both closures name slots: a cell lets them share the table.
+                let cell = std::cell::RefCell::new(&mut slots);
+                let head = g.head.unwrap_or(g.members[0]);
+                let cx = lower::GroupCtx {
+                    graph,
+                    fusion: &fusion,
+                    grp: g,
+                    written: &written,
+                    slot: &mut |id| cell.borrow_mut().get(id),
+                    scratch: &mut |bytes| cell.borrow_mut().scratch(head, bytes),
+                };
                 match g.head {
-                    Some(_) if g.rows => {
-                        kernels.push(reduce::lower_rows(graph, &fusion, g, &written, &mut |id| slots.get(id))?)
-                    }
-                    None => kernels.push(lower::lower(graph, &fusion, g, &written, &mut |id| slots.get(id))?),
-                    Some(r) => {
-                        // Both closures name slots: a cell lets them share the table.
-                        let cell = std::cell::RefCell::new(&mut slots);
-                        let lower = match graph.node(r).op {
-                            Op::Matmul(..) => matmul::lower,
-                            _ => reduce::lower,
-                        };
-                        kernels.extend(lower(
-                            graph,
-                            &fusion,
-                            g,
-                            &written,
-                            &mut |id| cell.borrow_mut().get(id),
-                            &mut |bytes| cell.borrow_mut().scratch(r, bytes),
-                        )?);
-                    }
+                    Some(_) if g.rows => kernels.push(reduce::lower_rows(cx)?),
+                    None => kernels.push(lower::lower(cx)?),
+                    Some(r) if matches!(graph.node(r).op, Op::Matmul(..)) => kernels.extend(matmul::lower(cx)?),
+                    Some(_) => kernels.extend(reduce::lower(cx)?),
                 }
             }
             Ok(kernels)

@@ -2,10 +2,9 @@
 //! epilogue (elementwise members of the output's shape that read the fold), in one kernel or, for long axes with
 //! few outputs, two: partial folds per chunk of the axis, then a fold of the partials with the epilogue.
 
-use super::fuse::{Fusion, Group};
-use super::lower::{kernel, Lowerer};
+use super::lower::{kernel, GroupCtx, Lowerer};
 use crate::dtype::DType;
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{NodeId, Op};
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase, Reduce};
 use crate::shape::Shape;
 
@@ -48,35 +47,21 @@ pub(super) struct Fold<'f> {
     pub value: &'f mut dyn FnMut(&mut Lowerer) -> Result<usize, NodeId>,
 }
 
-/// Lowers the group whose first member is a reduce node; `scratch` makes a plan buffer of that many bytes for
-/// partial folds.
-pub(super) fn lower(
-    graph: &Graph,
-    fusion: &Fusion,
-    grp: &Group,
-    written: &dyn Fn(NodeId) -> bool,
-    slot: &mut dyn FnMut(NodeId) -> usize,
-    scratch: &mut dyn FnMut(u64) -> usize,
-) -> Result<Vec<Kernel>, NodeId> {
-    let Op::Reduce(op, x, axis) = graph.node(grp.members[0]).op else {
+/// Lowers the group whose first member is a reduce node.
+pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
+    let graph = cx.graph;
+    let Op::Reduce(op, x, axis) = graph.node(cx.grp.members[0]).op else {
         unreachable!("a reduce group starts with its fold")
     };
     let domain = graph.node(x).shape.clone();
     let mut value = |l: &mut Lowerer| l.root(x, &graph.node(x).shape);
     let dtype = graph.node(x).dtype;
-    lower_fold(graph, fusion, grp, written, slot, scratch, Fold { op, domain, axis, dtype, value: &mut value })
+    lower_fold(cx, Fold { op, domain, axis, dtype, value: &mut value })
 }
 
 /// Lowers `fold` with the rest of the group as its epilogue, in one kernel or two.
-pub(super) fn lower_fold(
-    graph: &Graph,
-    fusion: &Fusion,
-    grp: &Group,
-    written: &dyn Fn(NodeId) -> bool,
-    slot: &mut dyn FnMut(NodeId) -> usize,
-    scratch: &mut dyn FnMut(u64) -> usize,
-    fold: Fold,
-) -> Result<Vec<Kernel>, NodeId> {
+pub(super) fn lower_fold(cx: GroupCtx, fold: Fold) -> Result<Vec<Kernel>, NodeId> {
+    let GroupCtx { graph, fusion, grp, written, slot, scratch } = cx;
     let Fold { op, domain: input, axis, dtype, value: fold_value } = fold;
     let mut out_dims = input.dims().to_vec();
     out_dims[axis] = 1;
@@ -147,13 +132,8 @@ fn folded_value(
 }
 
 /// Lowers a rows group: its folds and maps, in order, over the rows of the first fold's input.
-pub(super) fn lower_rows(
-    graph: &Graph,
-    fusion: &Fusion,
-    grp: &Group,
-    written: &dyn Fn(NodeId) -> bool,
-    slot: &mut dyn FnMut(NodeId) -> usize,
-) -> Result<Kernel, NodeId> {
+pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
+    let GroupCtx { graph, fusion, grp, written, slot, .. } = cx;
     let Op::Reduce(_, x, axis) = graph.node(grp.members[0]).op else { unreachable!("a rows group starts with a fold") };
     let domain = graph.node(x).shape.clone();
     let rows = graph.node(grp.members[0]).shape.numel();
