@@ -251,6 +251,19 @@ impl Device {
         self.inner.backend.native_f16()
     }
 
+    /// Runs f16 x f16 matmuls on the tensor cores, through `wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX`, where
+    /// the adapter offers a 16 x 16 x 16 f16 shape accumulating in f32 (the default, unless `LAZOR_NO_COOP=1`), or,
+    /// with `false`, on the tiled kernel every adapter runs. Both accumulate in f32 and round once; they differ only
+    /// in the order of the sums.
+    pub fn set_tensor_cores(&self, on: bool) {
+        self.inner.backend.set_tensor_cores(on);
+    }
+
+    /// Whether f16 matmuls run on the tensor cores (false where the device has none, and on the CPU backend).
+    pub fn tensor_cores(&self) -> bool {
+        self.inner.backend.tensor_cores()
+    }
+
     /// Whether later realizes fuse.
     pub fn fusion(&self) -> bool {
         self.inner.fuse.load(Ordering::Relaxed)

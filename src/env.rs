@@ -26,6 +26,11 @@ pub fn no_f16() -> bool {
     var("LAZOR_NO_F16").is_some_and(|v| v.trim() != "0")
 }
 
+/// `LAZOR_NO_COOP=1`: f16 matmuls never run on cooperative matrices (tensor cores), only on the tiled kernel.
+pub fn no_coop() -> bool {
+    var("LAZOR_NO_COOP").is_some_and(|v| v.trim() != "0")
+}
+
 /// `LAZOR_NO_SUBGROUPS=1`: generated kernels never use subgroup operations (the workgroup-memory path everywhere).
 pub fn no_subgroups() -> bool {
     var("LAZOR_NO_SUBGROUPS").is_some_and(|v| v.trim() != "0")

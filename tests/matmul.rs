@@ -9,7 +9,8 @@
 mod common;
 
 use common::{assert_close, devices, Rng};
-use lazor::{Device, Error, Tensor};
+use lazor::half::f16;
+use lazor::{DType, Device, Error, Tensor};
 
 /// Inputs are uniform in [-1, 1).
 fn rand(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
@@ -28,6 +29,24 @@ fn check(t: &Tensor, k: usize, what: &str) -> Vec<f32> {
     let got = t.to_vec();
     assert_close(&got, &want, 1e-5, tol(k), &format!("{what} on {}", t.device().name()));
     got
+}
+
+/// f16 inputs uniform in [-1, 1), realized, so a product reads them as they are.
+fn rand16(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let t = Tensor::from_vec_on(rng.vec(n, -1.0, 1.0).into_iter().map(f16::from_f32).collect(), shape, dev);
+    t.realize().unwrap();
+    t
+}
+
+/// An f16 result against the reference (which rounds the f32 sum once, to f16, as the device does): one f16 step
+/// (2^-10 relative) where the two sums fall on either side of a rounding boundary, plus `tol(k)`.
+#[track_caller]
+fn check16(t: &Tensor, k: usize, what: &str) {
+    assert_eq!(t.dtype(), DType::F16, "{what}");
+    let want: Vec<f32> = lazor::reference::eval(&[&t.to_dtype(DType::F32)]).pop().unwrap();
+    let got: Vec<f32> = t.to_vec_as::<f16>().into_iter().map(f32::from).collect();
+    assert_close(&got, &want, 2e-3, 4.0 * tol(k), &format!("{what} on {}", t.device().name()));
 }
 
 /// Dispatches `t`'s realize runs.
@@ -279,4 +298,47 @@ fn bad_shapes_name_both_operands() {
     assert!(caught.is_err());
     let (file, at) = location.lock().unwrap().clone().unwrap();
     assert!(file.ends_with("matmul.rs") && at == line, "panic located at {file}:{at}");
+}
+
+/// f16 products on the tensor cores (cooperative matrices) where the device has them, and on the tiled kernel, both
+/// against the reference: sizes that leave partial fragments and tiles on every edge, operands read through
+/// transposed views, batches past 65535 workgroups, and an epilogue fused into the one dispatch.
+/// `LAZOR_TEST_TENSOR_CORES=1` makes the run fail unless the wgpu device has them.
+#[test]
+fn f16_products_on_tensor_cores_and_tiles() {
+    let must = std::env::var("LAZOR_TEST_TENSOR_CORES").is_ok_and(|v| v.trim() == "1");
+    for dev in devices() {
+        let had = dev.tensor_cores();
+        assert!(!must || dev.is_cpu() || had, "LAZOR_TEST_TENSOR_CORES=1, but {} has no tensor cores", dev.name());
+        let mut rng = Rng::new(61);
+        // Without tensor cores both settings are the tiled kernel: once is enough.
+        for cores in [true, false].into_iter().take(if had { 2 } else { 1 }) {
+            dev.set_tensor_cores(cores);
+            assert_eq!(dev.tensor_cores(), cores && had);
+            let path = if dev.tensor_cores() { "tensor cores" } else { "tiled" };
+            let shapes = [(1, 2, 3, 5), (1, 17, 33, 31), (1, 128, 64, 128), (1, 130, 200, 250), (3, 64, 48, 80)];
+            for (batch, m, k, n) in shapes.into_iter().chain([(1, 257, 1000, 129), (2, 300, 512, 260)]) {
+                let what = format!("{batch}x{m}x{k}x{n} ({path})");
+                let a = rand16(&dev, &mut rng, &[batch, m, k]);
+                let b = rand16(&dev, &mut rng, &[batch, k, n]);
+                check16(&a.matmul(&b), k, &what);
+                // Read along the other axis: A column-major, B row-major along k.
+                let at = rand16(&dev, &mut rng, &[batch, k, m]).transpose(1, 2);
+                let bt = rand16(&dev, &mut rng, &[batch, n, k]).transpose(1, 2);
+                check16(&at.matmul(&bt), k, &format!("{what}, transposed operands"));
+                // A view starting one element in (no 16-byte reads), and a prologue on the loads.
+                let an = rand16(&dev, &mut rng, &[batch, m, k + 1]).narrow(2, 1, k);
+                check16(&an.matmul(&b), k, &format!("{what}, narrowed A"));
+                check16(&a.abs().matmul(&(&bt * 0.5)), k, &format!("{what}, prologues"));
+                let bias = rand16(&dev, &mut rng, &[n]);
+                let y = (a.matmul(&bt) + &bias).relu();
+                assert_eq!(dispatches(&y), 1, "{what}: the epilogue is fused");
+                check16(&y, k, &format!("{what}, relu(a b + bias)"));
+            }
+            let a = rand16(&dev, &mut rng, &[70_000, 3, 16]);
+            let b = rand16(&dev, &mut rng, &[70_000, 16, 5]);
+            check16(&a.matmul(&b), 16, &format!("70000 batches ({path})"));
+        }
+        dev.set_tensor_cores(had);
+    }
 }

@@ -25,10 +25,11 @@ fn chain3(a: &Tensor, b: &Tensor, c: &Tensor) -> Tensor {
 pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
     println!("\n## lazor element-type benchmark\n");
     println!(
-        "- device: {}; native f16: {}; one device for the whole section; median of up to {} runs of x{} realizes \
+        "- device: {}; native f16: {}; tensor cores: {}; one device for the whole section; median of up to {} runs of x{} realizes \
          then `synchronize()`; GB/s of the bytes each case must move (inputs read once, output written once)",
         dev.name(),
         dev.native_f16(),
+        dev.tensor_cores(),
         cfg.runs,
         cfg.batch
     );
@@ -109,11 +110,21 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
     println!();
     println!("| matmul | n | dtype | ms | TFLOP/s |");
     println!("|---|---|---|---|---|");
-    for (dt, packed) in [(DType::F32, false), (DType::F16, false), (DType::F16, true), (DType::BF16, false)] {
-        if packed && !native {
+    let cores = dev.tensor_cores();
+    // (dtype, f16 packed, tensor cores, label)
+    let cases = [
+        (DType::F32, false, false, "f32"),
+        (DType::F16, false, true, "f16 (tensor cores)"),
+        (DType::F16, false, false, "f16 (tiled)"),
+        (DType::F16, true, false, "f16 (packed)"),
+        (DType::BF16, false, false, "bf16"),
+    ];
+    for (dt, packed, on_cores, label) in cases {
+        if (packed && !native) || (on_cores && !cores) {
             continue;
         }
         dev.set_native_f16(native && !packed);
+        dev.set_tensor_cores(on_cores);
         let a = inputs(dev, dt, mm * mm, 5).reshape([mm, mm]);
         let b = inputs(dev, dt, mm * mm, 6).reshape([mm, mm]);
         a.matmul(&b).realize().unwrap();
@@ -125,12 +136,13 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
         })
         .per(cfg.batch)
         .median;
-        let label = if packed { "f16 (packed)" } else { dt.name() };
         println!(
             "| a.matmul(&b) | {mm} | {label} | {} | {:.2} |",
             ms(t),
             2.0 * (mm as f64).powi(3) / t.as_secs_f64() / 1e12
         );
     }
+    dev.set_native_f16(native);
+    dev.set_tensor_cores(cores);
     true
 }

@@ -106,6 +106,12 @@ pub(crate) trait Backend: Send + Sync {
     fn native_f16(&self) -> bool {
         false
     }
+    /// Turns the tensor-core (cooperative matrix) f16 matmul on (where the device has it) or off.
+    fn set_tensor_cores(&self, _on: bool) {}
+    /// Whether f16 matmuls run on tensor cores.
+    fn tensor_cores(&self) -> bool {
+        false
+    }
     /// For downcasting to a concrete backend (interop accessors).
     fn as_any(&self) -> &dyn std::any::Any;
 }

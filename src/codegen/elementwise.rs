@@ -167,7 +167,7 @@ impl Emitter<'_> {
     }
 
     /// The element index of a strided load, as an `i32` expression.
-    fn index(&self, at: usize, frame: usize) -> String {
+    pub fn index(&self, at: usize, frame: usize) -> String {
         let names: Vec<String> = (0..self.k.shape.ndim()).map(|d| self.coord(frame, d)).collect();
         index_at(self.k.shape.ndim(), at, &names)
     }

@@ -1,12 +1,42 @@
-//! WGSL for matmul kernels: the hand-written skeleton in `kernels/matmul.wgsl`, specialised with the tile's
-//! constants and with the generated functions it calls: the operands' loads (their prologues) and the epilogue.
+//! WGSL for matmul kernels: a hand-written skeleton, `kernels/matmul.wgsl` (tiled, every adapter) or
+//! `kernels/matmul_coop.wgsl` (f16 on tensor cores), specialised with the tile's constants and with the generated
+//! functions it calls: the operands' loads (their prologues) and the epilogue.
 
 use super::elementwise::Emitter;
 use super::Target;
-use crate::kernel::{Kernel, Kind};
+use crate::dtype::DType;
+use crate::kernel::{Access, Instr, Kernel, Kind, Matmul};
 use std::fmt::Write;
 
 const SKELETON: &str = include_str!("../../kernels/matmul.wgsl");
+const COOP_SKELETON: &str = include_str!("../../kernels/matmul_coop.wgsl");
+
+/// Steps of k staged per barrier by the tensor-core kernel.
+const COOP_BK: u32 = 32;
+
+/// How the tensor-core kernel lays its 8 subgroups over a `bm x bn` block: `(sgn, fm, fn)`, subgroups along n and
+/// 16 x 16 fragments per subgroup along m and n, the most square split. `None` when the block does not split into
+/// whole fragments evenly.
+pub(crate) fn coop_layout(bm: u32, bn: u32) -> Option<(u32, u32, u32)> {
+    if bm % 16 != 0 || bn % 16 != 0 {
+        return None;
+    }
+    let (fm_all, fn_all) = (bm / 16, bn / 16);
+    [1, 2, 4, 8]
+        .into_iter()
+        .filter(|&sgn| fn_all % sgn == 0 && fm_all % (8 / sgn) == 0)
+        .map(|sgn| (sgn, fm_all / (8 / sgn), fn_all / sgn))
+        .min_by_key(|&(_, fm, fn_)| fm.abs_diff(fn_))
+}
+
+/// Whether `k` runs on the tensor cores for `target`: both operands are f16 and the block splits over 8 subgroups.
+pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
+    target.coop
+        && target.f16
+        && k.types[mm.a] == DType::F16
+        && k.types[mm.b] == DType::F16
+        && coop_layout(mm.tile.bm, mm.tile.bn).is_some()
+}
 
 /// The WGSL source of a matmul kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
@@ -15,12 +45,39 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let rank = k.shape.ndim();
     let at = k.dims_at.expect("matmul kernels have their extents in the parameters");
     let t = mm.tile;
-    let _ = write!(
-        e.out,
-        "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\n\
-         const A_ALONG_K: bool = {};\nconst B_ALONG_K: bool = {};\n",
-        t.bm, t.bn, t.bk, t.tm, t.tn, mm.a_along_k, mm.b_along_k
-    );
+    let coop = uses_coop(k, &mm, target);
+    if coop {
+        e.b.enable_f16();
+        e.b.enable_coop();
+        let (sgn, fm, fn_) = coop_layout(t.bm, t.bn).expect("checked by uses_coop");
+        let bk = COOP_BK;
+        // Slab lines run along each operand's contiguous axis, OA (OB) octets of 8 halves, padded by one octet (16
+        // bytes) so fragment loads spread over the banks and stay 16-byte aligned.
+        let (oa, lines_a) = if mm.a_along_k { (bk / 8, t.bm) } else { (t.bm / 8, bk) };
+        let (ob, lines_b) = if mm.b_along_k { (bk / 8, t.bn) } else { (t.bn / 8, bk) };
+        let _ = write!(
+            e.out,
+            "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {bk}u;\nconst SGN: u32 = {sgn}u;\n\
+             const FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\nconst OA: u32 = {oa}u;\nconst OB: u32 = {ob}u;\n\
+             const SA: u32 = {}u;\nconst SB: u32 = {}u;\nconst SLAB_A: u32 = {}u;\nconst SLAB_B: u32 = {}u;\n\
+             const A_ALONG_K: bool = {};\nconst B_ALONG_K: bool = {};\n",
+            t.bm,
+            t.bn,
+            8 * (oa + 1),
+            8 * (ob + 1),
+            lines_a * 8 * (oa + 1),
+            lines_b * 8 * (ob + 1),
+            mm.a_along_k,
+            mm.b_along_k
+        );
+    } else {
+        let _ = write!(
+            e.out,
+            "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst TM: u32 = {}u;\n\
+             const TN: u32 = {}u;\nconst A_ALONG_K: bool = {};\nconst B_ALONG_K: bool = {};\n",
+            t.bm, t.bn, t.bk, t.tm, t.tn, mm.a_along_k, mm.b_along_k
+        );
+    }
     let (row, col) = (rank - 2, rank - 1);
     // Batch coordinates: set once per workgroup, read by every load and store.
     for d in 0..row {
@@ -39,20 +96,27 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     }
     e.line(0, "}");
 
-    e.line(
-        0,
-        &format!("fn load_a(r: u32, k: u32, i: u32) -> f32 {{\n    let c{row} = i32(r);\n    let c{col} = i32(k);"),
-    );
-    e.range(0..mm.a_end, 1);
-    e.line(1, &format!("return t{};", mm.a));
-    e.line(0, "}");
-    e.line(
-        0,
-        &format!("fn load_b(k: u32, c: u32, i: u32) -> f32 {{\n    let c{row} = i32(k);\n    let c{col} = i32(c);"),
-    );
-    e.range(mm.a_end..mm.b_end, 1);
-    e.line(1, &format!("return t{};", mm.b));
-    e.line(0, "}");
+    if coop {
+        let a = Operand { name: "a", body: 0..mm.a_end, value: mm.a, along: mm.a_along_k, first: (row, col) };
+        let b = Operand { name: "b", body: mm.a_end..mm.b_end, value: mm.b, along: !mm.b_along_k, first: (row, col) };
+        octets(&mut e, &a, true);
+        octets(&mut e, &b, false);
+    } else {
+        e.line(
+            0,
+            &format!("fn load_a(r: u32, k: u32, i: u32) -> f32 {{\n    let c{row} = i32(r);\n    let c{col} = i32(k);"),
+        );
+        e.range(0..mm.a_end, 1);
+        e.line(1, &format!("return t{};", mm.a));
+        e.line(0, "}");
+        e.line(
+            0,
+            &format!("fn load_b(k: u32, c: u32, i: u32) -> f32 {{\n    let c{row} = i32(k);\n    let c{col} = i32(c);"),
+        );
+        e.range(mm.a_end..mm.b_end, 1);
+        e.line(1, &format!("return t{};", mm.b));
+        e.line(0, "}");
+    }
     e.line(
         0,
         &format!(
@@ -65,7 +129,233 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.line(1, &st);
     }
     e.line(0, "}");
-    e.out.push_str(SKELETON);
+    if coop {
+        let (_, fm, fn_) = coop_layout(t.bm, t.bn).expect("checked by uses_coop");
+        e.out.push_str(&coop_body(fm, fn_, mm.a_along_k, mm.b_along_k));
+    } else {
+        e.out.push_str(SKELETON);
+    }
     let Emitter { b, out, .. } = e;
     b.finish(&out)
+}
+
+/// One operand of the tensor-core kernel: its instructions, the value they compute, and its two matrix axes (the
+/// kernel's row and column axes, in the operand's own order: A is `[row, k]`, B `[k, col]`).
+struct Operand {
+    name: &'static str,
+    body: std::ops::Range<usize>,
+    value: usize,
+    /// Whether its slab lines run along its second axis (A along k, B along n).
+    along: bool,
+    first: (usize, usize),
+}
+
+/// The input an operand reads as it is: its instructions are one load of an f16 input in the kernel's own
+/// coordinates, and nothing else in the kernel reads that input. It is then bound as octets (`vec4<u32>`), read
+/// 16 bytes at a time where the layout allows.
+fn direct(k: &Kernel, body: std::ops::Range<usize>) -> Option<(usize, Option<crate::kernel::ViewRef>)> {
+    let [Instr::Load { input, view, access }] = &k.body[body] else { return None };
+    if k.in_types[*input] != DType::F16 || view.is_some_and(|v| v.frame != 0) || matches!(access, Access::Tile(_)) {
+        return None;
+    }
+    let reads = k.body.iter().filter(|i| matches!(i, Instr::Load { input: n, .. } if n == input)).count();
+    (reads == 1).then_some((*input, *view))
+}
+
+/// Emits `octet_{a,b}(x, y, base, size) -> vec4<u32>`: the operand's 8 elements from matrix coordinate `(x, y)`
+/// along its slab line, as f16 pairs, zeros outside the matrix (x < size.x, y < size.z for A; x < size.z, y <
+/// size.y for B). A direct operand whose 8 elements are whole, contiguous and 16-byte aligned is one load.
+fn octets(e: &mut Emitter, op: &Operand, is_a: bool) {
+    let (row, col) = op.first;
+    let name = op.name;
+    // Extents of the operand's two axes, and its row-major index (used by unstrided loads).
+    let (ex, ey, flat) = if is_a {
+        ("size.x", "size.z", "(base + x) * size.z + y")
+    } else {
+        ("size.z", "size.y", "(base + x) * size.y + y")
+    };
+    // The coordinates of element t of the octet.
+    let (xt, yt) = if op.along { ("x", "y + t") } else { ("x + t", "y") };
+    match direct(e.k, op.body.clone()) {
+        Some((input, view)) => {
+            e.b.rebind(&format!("i{input}"), "vec4<u32>");
+            let index = match view {
+                None => flat.to_string(),
+                Some(v) => format!("u32({})", e.index(v.at, 0)),
+            };
+            e.line(0, &format!("fn index_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> u32 {{"));
+            e.line(1, &format!("let c{row} = i32(x);\n    let c{col} = i32(y);\n    return {index};"));
+            e.line(0, "}");
+            let (next_x, next_y, last) = if op.along {
+                ("x", "y + 1u", format!("y + 8u <= {ey} && x < {ex}"))
+            } else {
+                ("x + 1u", "y", format!("x + 8u <= {ex} && y < {ey}"))
+            };
+            e.line(0, &format!("fn octet_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> vec4<u32> {{"));
+            e.line(1, &format!("let e0 = index_{name}(x, y, base, size);"));
+            e.line(
+                1,
+                &format!(
+                    "if ({last} && e0 % 8u == 0u && index_{name}({next_x}, {next_y}, base, size) == e0 + 1u) {{ return i{input}[e0 / 8u]; }}"
+                ),
+            );
+            e.line(1, "var h: array<f32, 8>;");
+            e.line(1, "for (var t = 0u; t < 8u; t++) {");
+            e.line(2, &format!("if ({xt} < {ex} && {yt} < {ey}) {{"));
+            e.line(3, &format!("let q = index_{name}({xt}, {yt}, base, size);"));
+            e.line(3, &format!("let pair = unpack2x16float(i{input}[q / 8u][(q / 2u) % 4u]);"));
+            e.line(3, "h[t] = select(pair.x, pair.y, q % 2u == 1u);");
+            e.line(2, "}");
+            e.line(1, "}");
+        }
+        None => {
+            e.line(0, &format!("fn load_{name}(x: u32, y: u32, i: u32) -> f32 {{"));
+            e.line(1, &format!("let c{row} = i32(x);\n    let c{col} = i32(y);"));
+            e.range(op.body.clone(), 1);
+            e.line(1, &format!("return t{};", op.value));
+            e.line(0, "}");
+            e.line(0, &format!("fn octet_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> vec4<u32> {{"));
+            e.line(1, "var h: array<f32, 8>;");
+            e.line(1, "for (var t = 0u; t < 8u; t++) {");
+            e.line(2, &format!("let xt = {xt};\n        let yt = {yt};"));
+            let flat_t =
+                flat.replace("x", "xt").replace("y", "yt").replace("size.xt", "size.x").replace("size.yt", "size.y");
+            // Rounded here, by bits: pack2x16float's rounding is the implementation's.
+            let value = e.b.round(DType::F16, format!("load_{name}(xt, yt, {flat_t})"));
+            e.line(2, &format!("if (xt < {ex} && yt < {ey}) {{ h[t] = {value}; }}"));
+            e.line(1, "}");
+        }
+    }
+    e.line(
+        1,
+        "return vec4<u32>(pack2x16float(vec2<f32>(h[0], h[1])), pack2x16float(vec2<f32>(h[2], h[3])), \
+         pack2x16float(vec2<f32>(h[4], h[5])), pack2x16float(vec2<f32>(h[6], h[7])));",
+    );
+    e.line(0, "}");
+}
+
+/// The tensor-core skeleton with its unrolled parts filled in: one accumulator per fragment, the fragment loads and
+/// products of one 16-step of k, and the epilogue of each accumulator. A slab stored along k holds A row-major
+/// (`coopLoadT`) and B column-major (`coopLoad`); the other way round otherwise.
+fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool) -> String {
+    let mut acc = String::new();
+    let mut mul = String::new();
+    let mut epi = String::new();
+    for i in 0..fm {
+        let (load, at) = if a_along_k {
+            ("coopLoadT", format!("(r0 + {}u) * SA + kk", 16 * i))
+        } else {
+            ("coopLoad", format!("kk * SA + r0 + {}u", 16 * i))
+        };
+        let _ = writeln!(mul, "let a{i} = {load}<coop_mat16x16<f16, A>>(&slab_a[{at}], SA);");
+    }
+    for j in 0..fn_ {
+        let (load, at) = if b_along_k {
+            ("coopLoad", format!("(c0 + {}u) * SB + kk", 16 * j))
+        } else {
+            ("coopLoadT", format!("kk * SB + c0 + {}u", 16 * j))
+        };
+        let _ = writeln!(mul, "let b{j} = {load}<coop_mat16x16<f16, B>>(&slab_b[{at}], SB);");
+    }
+    for i in 0..fm {
+        for j in 0..fn_ {
+            let _ = writeln!(acc, "var acc{i}_{j} = coop_mat16x16<f32, C>();");
+            let _ = writeln!(mul, "acc{i}_{j} = coopMultiplyAdd(a{i}, b{j}, acc{i}_{j});");
+            let _ = writeln!(
+                epi,
+                "coopStoreT(acc{i}_{j}, &frag[sg * 256u], 16u);\nworkgroupBarrier();\n\
+                 drain(sg, lane, width, m0 + r0 + {}u, n0 + c0 + {}u, base_a, size);\nworkgroupBarrier();",
+                16 * i,
+                16 * j
+            );
+        }
+    }
+    COOP_SKELETON.replace("/*ACCUMULATORS*/", &acc).replace("/*MULTIPLY*/", &mul).replace("/*EPILOGUE*/", &epi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Graph, Op};
+    use crate::op::UnaryOp;
+    use crate::schedule::{plan, Options};
+    use crate::shape::Shape;
+    use crate::view::View;
+    use wgpu::naga;
+
+    /// Parses and validates WGSL as wgpu would, with every capability (cooperative matrices, f16, subgroups), and
+    /// translates it to SPIR-V as wgpu's Vulkan backend does.
+    fn validate(src: &str) {
+        let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
+        naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
+            .unwrap_or_else(|e| panic!("{e}\n{src}"));
+    }
+
+    /// The kernel of `relu(a b)` for f16 `a` (`[m, k]`, or its transpose's view) and `b` (`[k, n]`).
+    fn f16_product(m: usize, k: usize, n: usize, a_transposed: bool, b_transposed: bool) -> Kernel {
+        let mut g = Graph::default();
+        let data = |g: &mut Graph, r: usize, c: usize, t: bool| {
+            let (r0, c0) = if t { (c, r) } else { (r, c) };
+            let d = g.add(Op::Data(vec![0; (r0 * c0).div_ceil(2)]), Shape::from([r0, c0]), DType::F16);
+            if !t {
+                return d;
+            }
+            let v = View { shape: Shape::from([r, c]), strides: vec![1, r as isize].into(), offset: 0 };
+            g.add(Op::View(v, d), Shape::from([r, c]), DType::F16)
+        };
+        let a = data(&mut g, m, k, a_transposed);
+        let b = data(&mut g, k, n, b_transposed);
+        let p = g.add(Op::Matmul(a, b), Shape::from([m, n]), DType::F16);
+        let out = g.add(Op::Unary(UnaryOp::Relu, p), Shape::from([m, n]), DType::F16);
+        let opts = Options { fuse: true, max_bindings: 8, max_ops: 256 };
+        let mut kernels = plan(&g, &[out], &opts).kernels;
+        assert_eq!(kernels.len(), 1, "the product and its epilogue are one kernel");
+        kernels.remove(0)
+    }
+
+    #[test]
+    fn subgroups_split_each_tile_into_whole_fragments() {
+        for (bm, bn) in [(128, 128), (128, 64), (64, 128), (64, 64)] {
+            let (sgn, fm, fn_) = coop_layout(bm, bn).unwrap();
+            assert_eq!((8 / sgn) * fm * 16, bm, "{bm}x{bn}");
+            assert_eq!(sgn * fn_ * 16, bn, "{bm}x{bn}");
+            assert!(fm.abs_diff(fn_) <= 1 || fm * fn_ == 8, "{bm}x{bn}: {fm}x{fn_}");
+        }
+        assert_eq!(coop_layout(32, 32), None, "4 fragments for 8 subgroups");
+        assert_eq!(coop_layout(40, 64), None);
+    }
+
+    #[test]
+    fn the_tensor_core_kernel_is_valid_wgsl_for_every_layout() {
+        let coop = Target { subgroups: true, f16: true, coop: true };
+        for (m, k, n) in [(4096, 4096, 4096), (200, 72, 100), (64, 33, 64)] {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let kernel = f16_product(m, k, n, ta, tb);
+                let Kind::Matmul(mm) = kernel.kind else { panic!("a matmul kernel") };
+                assert_eq!((mm.a_along_k, mm.b_along_k), (!ta, tb), "{m}x{k}x{n}");
+                assert!(uses_coop(&kernel, &mm, &coop));
+                let src = generate(&kernel, &coop);
+                assert!(src.starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"));
+                assert!(src.contains("coopMultiplyAdd(") && src.contains("fn store("));
+                validate(&src);
+                // Without cooperative matrices the same kernel is the tiled one.
+                let tiled = generate(&kernel, &Target { coop: false, ..coop });
+                assert!(!tiled.contains("coop"));
+                validate(&tiled);
+            }
+        }
+    }
+
+    #[test]
+    fn only_f16_products_use_tensor_cores() {
+        let coop = Target { subgroups: true, f16: true, coop: true };
+        let mut kernel = f16_product(256, 256, 256, false, false);
+        let Kind::Matmul(mm) = kernel.kind else { panic!("a matmul kernel") };
+        assert!(!uses_coop(&kernel, &mm, &Target { f16: false, ..coop }), "packed f16 has no f16 slabs");
+        kernel.types[mm.b] = DType::BF16;
+        assert!(!uses_coop(&kernel, &mm, &coop));
+    }
 }

@@ -41,16 +41,23 @@ pub(crate) struct Builder {
     helpers: Vec<Helper>,
     /// Whether the shader binds native f16 buffers (and so must enable them).
     f16: bool,
+    /// Whether the shader uses cooperative matrices.
+    coop: bool,
 }
 
 impl Builder {
     pub fn new(width: usize) -> Builder {
-        Builder { width, wide_used: width == 4, decls: String::new(), helpers: Vec::new(), f16: false }
+        Builder { width, wide_used: width == 4, decls: String::new(), helpers: Vec::new(), f16: false, coop: false }
     }
 
     /// Enables the `f16` extension.
     pub fn enable_f16(&mut self) {
         self.f16 = true;
+    }
+
+    /// Enables cooperative matrices (`wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX`).
+    pub fn enable_coop(&mut self) {
+        self.coop = true;
     }
 
     /// Spells what follows at `width` (a reduce kernel's prologue is vectorized, its tree and epilogue are not).
@@ -74,6 +81,14 @@ impl Builder {
     pub fn buffer(&mut self, binding: usize, name: &str, elem: &str, writable: bool) {
         let access = if writable { "read_write" } else { "read" };
         let _ = writeln!(self.decls, "@group(0) @binding({binding}) var<storage, {access}> {name}: array<{elem}>;");
+    }
+
+    /// Rebinds storage binding `name` (declared by [`Builder::buffer`]) with elements `elem`.
+    pub fn rebind(&mut self, name: &str, elem: &str) {
+        let Some(at) = self.decls.find(&format!("> {name}: array<")) else { return };
+        let start = at + name.len() + 4;
+        let end = start + self.decls[start..].find(">;\n").expect("a binding declaration ends its line");
+        self.decls.replace_range(start..end, &format!("array<{elem}"));
     }
 
     /// Declares a function or other text among the declarations.
@@ -171,6 +186,9 @@ impl Builder {
     /// The whole shader: declarations, the helpers used (with vector forms in vectorized kernels), then `body`.
     pub fn finish(self, body: &str) -> String {
         let mut s = if self.f16 { String::from("enable f16;\n") } else { String::new() };
+        if self.coop {
+            s.push_str("enable wgpu_cooperative_matrix;\n");
+        }
         s.push_str(&self.decls);
         for h in HELPERS {
             if !self.helpers.contains(&h) {
@@ -216,6 +234,9 @@ pub struct Target {
     /// Native f16 storage (`wgpu::Features::SHADER_F16`): f16 buffers bind as `array<f16>`. Without it they bind as
     /// words of two.
     pub f16: bool,
+    /// Cooperative matrices with a 16 x 16 x 16 f16 shape accumulating in f32, on subgroups of 32: f16 matmuls run
+    /// on the tensor cores (`kernels/matmul_coop.wgsl`).
+    pub coop: bool,
 }
 
 /// The WGSL source of `kernel` for `target`. Bindings: 0 parameters, then outputs, then inputs.

@@ -15,6 +15,9 @@ pub struct Gpu {
     pub subgroups: bool,
     /// Whether the device was created with native f16 (`wgpu::Features::SHADER_F16`).
     pub f16: bool,
+    /// Whether f16 matmuls can run on the tensor cores: the device was created with
+    /// `wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX`, which has a 16 x 16 x 16 f16 shape accumulating in f32.
+    pub coop: bool,
     /// Whether kernels whose every index is in range by construction (matmul) still get wgpu's bounds checks
     /// (`LAZOR_SHADER_CHECKS`).
     pub checked: bool,
@@ -78,6 +81,24 @@ fn device_memory(_adapter: &wgpu::Adapter) -> Option<u64> {
     None
 }
 
+/// Whether the tensor-core matmul kernel can run here: the adapter offers cooperative matrices with a subgroup-scope
+/// 16 x 16 x 16 shape of f16 operands and an f32 accumulator, native f16 and subgroups, and its subgroups are always
+/// 32 wide (the kernel lays 8 subgroups over a workgroup of 256).
+fn tensor_cores(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
+    use wgpu::{CooperativeScalarType as S, Features as F};
+    let needed = F::EXPERIMENTAL_COOPERATIVE_MATRIX | F::SHADER_F16 | F::SUBGROUP;
+    if !adapter.features().contains(needed) {
+        return false;
+    }
+    if (info.subgroup_min_size, info.subgroup_max_size) != (32, 32) {
+        return false;
+    }
+    adapter
+        .cooperative_matrix_properties()
+        .iter()
+        .any(|p| (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, S::F32))
+}
+
 impl Gpu {
     /// Opens the best adapter allowed by the environment; with `hardware_only`, software rasterizers (lavapipe,
     /// llvmpipe, WARP) do not count.
@@ -120,13 +141,25 @@ impl Gpu {
         let memory = device_memory(&adapter);
         // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB, far below real GPUs.
         let limits = adapter.limits();
+        // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory. A
+        // pipeline cache where offered: compiled kernels are kept on disk between processes.
+        let mut features = adapter.features()
+            & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::PIPELINE_CACHE);
+        let coop = tensor_cores(&adapter, &info);
+        if coop {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("lazor"),
             required_limits: limits.clone(),
-            // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory. A
-            // pipeline cache where offered: compiled kernels are kept on disk between processes.
-            required_features: adapter.features()
-                & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::PIPELINE_CACHE),
+            required_features: features,
+            // SAFETY: the experimental feature is requested only where the adapter offers it, and used by one kernel
+            // (kernels/matmul_coop.wgsl) whose every load and store is in range by construction.
+            experimental_features: if coop {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         }))
         .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })?;
@@ -143,8 +176,9 @@ impl Gpu {
         }));
         let subgroups = device.features().contains(wgpu::Features::SUBGROUP);
         let f16 = device.features().contains(wgpu::Features::SHADER_F16);
+        let coop = coop && device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
         let checked = crate::env::shader_checks();
-        Ok(Gpu { device, queue, info, limits, subgroups, f16, checked, memory, lost, uncaptured })
+        Ok(Gpu { device, queue, info, limits, subgroups, f16, coop, checked, memory, lost, uncaptured })
     }
 
     /// Fails if the device was lost or wgpu reported an error outside any scope.

@@ -29,6 +29,8 @@ pub(crate) struct WgpuBackend {
     subgroups: AtomicBool,
     /// Whether f16 buffers are bound natively: the device has `SHADER_F16` and `LAZOR_NO_F16` is unset.
     f16: AtomicBool,
+    /// Whether f16 matmuls run on cooperative matrices: the device has them and `LAZOR_NO_COOP` is unset.
+    coop: AtomicBool,
 }
 
 /// The backend's mutable parts, behind one lock.
@@ -48,11 +50,12 @@ impl WgpuBackend {
         let gpu = Gpu::open(hardware_only)?;
         let subgroups = AtomicBool::new(gpu.subgroups && !crate::env::no_subgroups());
         let f16 = AtomicBool::new(gpu.f16 && !crate::env::no_f16());
+        let coop = AtomicBool::new(gpu.coop && !crate::env::no_coop());
         let pool = pool::Pool::new(crate::backend::free::budget(gpu.memory));
         let mut pipelines = pipelines::Pipelines::default();
         pipelines.disk = disk_cache::DiskCache::open(&gpu.device, &gpu.info, disk_cache::dir());
         let state = State { pool, bind_groups: Default::default(), pipelines, reads: SlotMap::with_key() };
-        Ok(WgpuBackend { gpu, state: Mutex::new(state), subgroups, f16 })
+        Ok(WgpuBackend { gpu, state: Mutex::new(state), subgroups, f16, coop })
     }
 
     /// What codegen may use on this device now.
@@ -60,6 +63,7 @@ impl WgpuBackend {
         crate::codegen::Target {
             subgroups: self.subgroups.load(Ordering::Relaxed),
             f16: self.f16.load(Ordering::Relaxed),
+            coop: self.coop.load(Ordering::Relaxed),
         }
     }
 
@@ -157,6 +161,14 @@ impl Backend for WgpuBackend {
 
     fn native_f16(&self) -> bool {
         self.f16.load(Ordering::Relaxed)
+    }
+
+    fn set_tensor_cores(&self, on: bool) {
+        self.coop.store(on && self.gpu.coop, Ordering::Relaxed);
+    }
+
+    fn tensor_cores(&self) -> bool {
+        self.coop.load(Ordering::Relaxed)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
