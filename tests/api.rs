@@ -242,3 +242,23 @@ fn elementwise_methods_exist_with_f32_names() {
         assert_eq!(dev.stats().dispatches, 1, "one fused kernel writes all 18 outputs");
     }
 }
+
+/// The README's mixed-type example, as written there.
+#[test]
+fn the_readme_mixed_example_runs_as_written() {
+    use lazor::half::f16;
+    use lazor::DType;
+
+    let x = Tensor::from_vec(vec![0.5f32, -1.0, 2.0, 3.0, -0.5, 1.5], [2, 3]).to_dtype(DType::F16);
+    let w = Tensor::from_vec(vec![f16::from_f32(1.0); 9], [3, 3]); // f16 weights
+    let h = x.matmul(&w); // f16: tensor cores where the GPU has them
+    let mask = h.gt(0.0); // Bool, 1 byte per element
+    let y = mask.where_cond(&h, 0.0); // relu through a mask
+    let best: Vec<i32> = y.argmax(-1).to_vec_as::<i32>(); // I32 indices, first on ties
+    assert_eq!(best, vec![0, 0]);
+    assert_eq!((h.dtype(), mask.dtype(), y.dtype()), (DType::F16, DType::Bool, DType::F16));
+    assert_eq!(
+        y.to_vec_as::<f16>(),
+        vec![f16::from_f32(1.5); 3].into_iter().chain(vec![f16::from_f32(4.0); 3]).collect::<Vec<_>>()
+    );
+}

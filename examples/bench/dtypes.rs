@@ -106,6 +106,24 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
             ms(t_sel),
             (9 * n) as f64 / t_sel.as_secs_f64() / 1e9
         );
+        // The leaky select, mask and both branches in one kernel: x read once, the result written.
+        let leaky = || x.gt(0.0).where_cond(&x, &(&x * 0.01));
+        let before = dev.stats().dispatches;
+        leaky().realize().unwrap();
+        let dispatches = dev.stats().dispatches - before;
+        let t_leaky = measure(cfg, || {
+            for _ in 0..cfg.batch {
+                leaky().realize().unwrap();
+            }
+            dev.synchronize().unwrap();
+        })
+        .per(cfg.batch)
+        .median;
+        println!(
+            "| x.gt(0.0).where_cond(&x, &(&x * 0.01)) | 2^{l} | f32 -> f32 | {dispatches} | {} | {:.0} | |",
+            ms(t_leaky),
+            (8 * n) as f64 / t_leaky.as_secs_f64() / 1e9
+        );
     }
     println!();
     println!("| matmul | n | dtype | ms | TFLOP/s |");

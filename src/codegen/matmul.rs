@@ -29,13 +29,34 @@ pub(crate) fn coop_layout(bm: u32, bn: u32) -> Option<(u32, u32, u32)> {
         .min_by_key(|&(_, fm, fn_)| fm.abs_diff(fn_))
 }
 
-/// Whether `k` runs on the tensor cores for `target`: both operands are f16 and the block splits over 8 subgroups.
+/// Workgroup memory the tensor-core kernel may use: devices offer it only with at least this much (`gpu.rs`).
+pub(crate) const COOP_WORKGROUP_BYTES: u32 = 48 * 1024;
+
+/// Halves in one slab line and lines in a slab, for an operand whose block side is `side`, along k or not.
+fn slab(side: u32, along_k: bool) -> (u32, u32) {
+    if along_k {
+        (COOP_BK + 8, side)
+    } else {
+        (side + 8, COOP_BK)
+    }
+}
+
+/// Bytes of workgroup memory the tensor-core kernel takes: both slabs (f16) and a 16 x 16 f32 fragment per subgroup.
+fn coop_bytes(mm: &Matmul) -> u32 {
+    let (pa, la) = slab(mm.tile.bm, mm.a_along_k);
+    let (pb, lb) = slab(mm.tile.bn, mm.b_along_k);
+    2 * (pa * la + pb * lb) + 8 * 256 * 4
+}
+
+/// Whether `k` runs on the tensor cores for `target`: both operands are f16, and the block splits over 8 subgroups
+/// and fits in workgroup memory (a forced `LAZOR_MATMUL_TILE` may not).
 pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
     target.coop
         && target.f16
         && k.types[mm.a] == DType::F16
         && k.types[mm.b] == DType::F16
         && coop_layout(mm.tile.bm, mm.tile.bn).is_some()
+        && coop_bytes(mm) <= COOP_WORKGROUP_BYTES
 }
 
 /// The WGSL source of a matmul kernel.
@@ -51,10 +72,11 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.b.enable_coop();
         let (sgn, fm, fn_) = coop_layout(t.bm, t.bn).expect("checked by uses_coop");
         let bk = COOP_BK;
+        debug_assert!(coop_bytes(&mm) <= COOP_WORKGROUP_BYTES);
         // Slab lines run along each operand's contiguous axis, OA (OB) octets of 8 halves, padded by one octet (16
         // bytes) so fragment loads spread over the banks and stay 16-byte aligned.
-        let (oa, lines_a) = if mm.a_along_k { (bk / 8, t.bm) } else { (t.bm / 8, bk) };
-        let (ob, lines_b) = if mm.b_along_k { (bk / 8, t.bn) } else { (t.bn / 8, bk) };
+        let ((sa, lines_a), (sb, lines_b)) = (slab(t.bm, mm.a_along_k), slab(t.bn, mm.b_along_k));
+        let (oa, ob) = (sa / 8 - 1, sb / 8 - 1);
         let _ = write!(
             e.out,
             "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {bk}u;\nconst SGN: u32 = {sgn}u;\n\
@@ -63,10 +85,10 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
              const A_ALONG_K: bool = {};\nconst B_ALONG_K: bool = {};\n",
             t.bm,
             t.bn,
-            8 * (oa + 1),
-            8 * (ob + 1),
-            lines_a * 8 * (oa + 1),
-            lines_b * 8 * (ob + 1),
+            sa,
+            sb,
+            lines_a * sa,
+            lines_b * sb,
             mm.a_along_k,
             mm.b_along_k
         );
@@ -357,5 +379,15 @@ mod tests {
         assert!(!uses_coop(&kernel, &mm, &Target { f16: false, ..coop }), "packed f16 has no f16 slabs");
         kernel.types[mm.b] = DType::BF16;
         assert!(!uses_coop(&kernel, &mm, &coop));
+        // Every block of the shape table fits; a forced 512 x 256 block does not (64.5 KiB).
+        for (bm, bn) in [(128, 128), (128, 64), (64, 128), (64, 64)] {
+            for (a_along_k, b_along_k) in [(false, false), (false, true), (true, false), (true, true)] {
+                let tile = crate::kernel::MatmulTile { bm, bn, bk: 8, tm: 8, tn: 8 };
+                let m = Matmul { tile, a_along_k, b_along_k, ..mm };
+                assert!(coop_bytes(&m) <= COOP_WORKGROUP_BYTES, "{bm}x{bn}");
+            }
+        }
+        let tile = crate::kernel::MatmulTile { bm: 512, bn: 256, bk: 8, tm: 32, tn: 16 };
+        assert!(coop_bytes(&Matmul { tile, ..mm }) > COOP_WORKGROUP_BYTES);
     }
 }

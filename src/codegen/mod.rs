@@ -7,6 +7,7 @@
 mod elementwise;
 mod helpers;
 mod matmul;
+pub(crate) use matmul::COOP_WORKGROUP_BYTES;
 mod reduce;
 mod rows;
 

@@ -82,15 +82,17 @@ fn device_memory(_adapter: &wgpu::Adapter) -> Option<u64> {
 }
 
 /// Whether the tensor-core matmul kernel can run here: the adapter offers cooperative matrices with a subgroup-scope
-/// 16 x 16 x 16 shape of f16 operands and an f32 accumulator, native f16 and subgroups, and its subgroups are always
-/// 32 wide (the kernel lays 8 subgroups over a workgroup of 256).
+/// 16 x 16 x 16 shape of f16 operands and an f32 accumulator, native f16 and subgroups, its subgroups are always
+/// 32 wide (the kernel lays 8 subgroups over a workgroup of 256), and it has 48 KiB of workgroup memory.
 fn tensor_cores(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
     use wgpu::{CooperativeScalarType as S, Features as F};
     let needed = F::EXPERIMENTAL_COOPERATIVE_MATRIX | F::SHADER_F16 | F::SUBGROUP;
     if !adapter.features().contains(needed) {
         return false;
     }
-    if (info.subgroup_min_size, info.subgroup_max_size) != (32, 32) {
+    if (info.subgroup_min_size, info.subgroup_max_size) != (32, 32)
+        || adapter.limits().max_compute_workgroup_storage_size < crate::codegen::COOP_WORKGROUP_BYTES
+    {
         return false;
     }
     adapter
