@@ -4,10 +4,10 @@
 //
 // Every BK steps of k the workgroup stages both operands' slabs in workgroup memory as f16, fetched in octets (8
 // halves in a vec4<u32>) along the axis the operand is contiguous along in memory, so global reads are coalesced
-// and 16 bytes wide where the operand is a plain f16 tensor; each subgroup then loads its fragments row- or column-major
-// to match. The next step's octets are fetched into registers before this step's products, so global latency hides
-// behind the tensor cores' work. Edges load zeros, so every fragment is whole; at the end each accumulator goes
-// through workgroup memory to the epilogue, which stores only inside m x n.
+// and 16 bytes wide where the operand is a plain f16 tensor; each subgroup then loads its fragments row- or
+// column-major to match. The next step's octets are fetched into registers before this step's products, so global
+// latency hides behind the tensor cores' work. Edges load zeros, so every fragment is whole; at the end each
+// accumulator goes through workgroup memory to the epilogue, which stores only inside m x n.
 //
 // Codegen (src/codegen/matmul.rs) prepends BM BN BK SGN FM FN, the slab layout (A_ALONG_K, B_ALONG_K; OA OB octets
 // of data and SA SB halves in all per slab line; SLAB_A SLAB_B halves per slab), the functions of the tiled kernel

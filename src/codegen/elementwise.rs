@@ -292,6 +292,12 @@ impl Emitter<'_> {
 impl<'a> Emitter<'a> {
     /// An emitter for `k` on `target`, its bindings declared: 0 parameters, then outputs, then inputs.
     pub fn new(k: &'a Kernel, target: &Target) -> Emitter<'a> {
+        Emitter::with_octets(k, target, &[])
+    }
+
+    /// As [`Emitter::new`], with the f16 inputs `octets` bound as `vec4<u32>`, 8 halves to an element, for kernels
+    /// that read them 16 bytes at a time (the tensor-core matmul).
+    pub fn with_octets(k: &'a Kernel, target: &Target, octets: &[usize]) -> Emitter<'a> {
         let mut cat_starts: HashMap<usize, Vec<usize>> = HashMap::new();
         for (q, instr) in k.body.iter().enumerate() {
             if let Instr::Cat { parts, .. } = instr {
@@ -333,6 +339,7 @@ impl<'a> Emitter<'a> {
         }
         for (n, &dt) in k.in_types.iter().enumerate() {
             let elem = match e.storage(dt) {
+                _ if octets.contains(&n) => "vec4<u32>",
                 Storage::Word if e.vector_input(n) => lane_type(dt, 4),
                 Storage::Word => lane_type(dt, 1),
                 Storage::Half => "f16",

@@ -5,7 +5,7 @@
 use super::elementwise::Emitter;
 use super::Target;
 use crate::dtype::DType;
-use crate::kernel::{Access, Instr, Kernel, Kind, Matmul};
+use crate::kernel::{Access, Instr, Kernel, Kind, Matmul, ViewRef};
 use std::fmt::Write;
 
 const SKELETON: &str = include_str!("../../kernels/matmul.wgsl");
@@ -62,15 +62,17 @@ pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
 /// The WGSL source of a matmul kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Matmul(mm) = k.kind else { unreachable!("a matmul kernel") };
-    let mut e = Emitter::new(k, target);
+    let t = mm.tile;
+    let layout = if uses_coop(k, &mm, target) { coop_layout(t.bm, t.bn) } else { None };
+    let operands = [(true, 0..mm.a_end, mm.a, mm.a_along_k), (false, mm.a_end..mm.b_end, mm.b, !mm.b_along_k)]
+        .map(|(a, body, value, along)| Operand { direct: layout.and(direct(k, body.clone())), a, body, value, along });
+    let octet_inputs: Vec<usize> = operands.iter().filter_map(|o| o.direct.map(|d| d.0)).collect();
+    let mut e = Emitter::with_octets(k, target, &octet_inputs);
     let rank = k.shape.ndim();
     let at = k.dims_at.expect("matmul kernels have their extents in the parameters");
-    let t = mm.tile;
-    let coop = uses_coop(k, &mm, target);
-    if coop {
+    if let Some((sgn, fm, fn_)) = layout {
         e.b.enable_f16();
         e.b.enable_coop();
-        let (sgn, fm, fn_) = coop_layout(t.bm, t.bn).expect("checked by uses_coop");
         let bk = COOP_BK;
         debug_assert!(coop_bytes(&mm) <= COOP_WORKGROUP_BYTES);
         // Slab lines run along each operand's contiguous axis, OA (OB) octets of 8 halves, padded by one octet (16
@@ -118,26 +120,12 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     }
     e.line(0, "}");
 
-    if coop {
-        let a = Operand { name: "a", body: 0..mm.a_end, value: mm.a, along: mm.a_along_k, first: (row, col) };
-        let b = Operand { name: "b", body: mm.a_end..mm.b_end, value: mm.b, along: !mm.b_along_k, first: (row, col) };
-        octets(&mut e, &a, true);
-        octets(&mut e, &b, false);
-    } else {
-        e.line(
-            0,
-            &format!("fn load_a(r: u32, k: u32, i: u32) -> f32 {{\n    let c{row} = i32(r);\n    let c{col} = i32(k);"),
-        );
-        e.range(0..mm.a_end, 1);
-        e.line(1, &format!("return t{};", mm.a));
-        e.line(0, "}");
-        e.line(
-            0,
-            &format!("fn load_b(k: u32, c: u32, i: u32) -> f32 {{\n    let c{row} = i32(k);\n    let c{col} = i32(c);"),
-        );
-        e.range(mm.a_end..mm.b_end, 1);
-        e.line(1, &format!("return t{};", mm.b));
-        e.line(0, "}");
+    for op in &operands {
+        if layout.is_some() {
+            octets(&mut e, op);
+        } else {
+            load(&mut e, op);
+        }
     }
     e.line(
         0,
@@ -151,8 +139,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.line(1, &st);
     }
     e.line(0, "}");
-    if coop {
-        let (_, fm, fn_) = coop_layout(t.bm, t.bn).expect("checked by uses_coop");
+    if let Some((_, fm, fn_)) = layout {
         e.out.push_str(&coop_body(fm, fn_, mm.a_along_k, mm.b_along_k));
     } else {
         e.out.push_str(SKELETON);
@@ -161,21 +148,42 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     b.finish(&out)
 }
 
-/// One operand of the tensor-core kernel: its instructions, the value they compute, and its two matrix axes (the
-/// kernel's row and column axes, in the operand's own order: A is `[row, k]`, B `[k, col]`).
+/// One operand of a matmul kernel: its instructions and the value they compute, as a matrix `[x, y]` (A is
+/// `[row, k]`, B `[k, col]`).
 struct Operand {
-    name: &'static str,
+    /// Whether it is A (otherwise B).
+    a: bool,
     body: std::ops::Range<usize>,
     value: usize,
-    /// Whether its slab lines run along its second axis (A along k, B along n).
+    /// Whether its slab lines in the tensor-core kernel run along y (A along k, B along n).
     along: bool,
-    first: (usize, usize),
+    /// The input it reads as it is, on the tensor-core path ([`direct`]).
+    direct: Option<(usize, Option<ViewRef>)>,
+}
+
+impl Operand {
+    fn name(&self) -> &'static str {
+        if self.a {
+            "a"
+        } else {
+            "b"
+        }
+    }
+
+    /// WGSL extents of its two axes, and its row-major index at `(x, y)` (what unstrided loads read).
+    fn extents(&self) -> (&'static str, &'static str, fn(&str, &str) -> String) {
+        if self.a {
+            ("size.x", "size.z", |x, y| format!("(base + {x}) * size.z + {y}"))
+        } else {
+            ("size.z", "size.y", |x, y| format!("(base + {x}) * size.y + {y}"))
+        }
+    }
 }
 
 /// The input an operand reads as it is: its instructions are one load of an f16 input in the kernel's own
-/// coordinates, and nothing else in the kernel reads that input. It is then bound as octets (`vec4<u32>`), read
-/// 16 bytes at a time where the layout allows.
-fn direct(k: &Kernel, body: std::ops::Range<usize>) -> Option<(usize, Option<crate::kernel::ViewRef>)> {
+/// coordinates, and nothing else in the kernel reads that input. The tensor-core kernel binds it as octets
+/// (`vec4<u32>`) and reads it 16 bytes at a time where the layout allows.
+fn direct(k: &Kernel, body: std::ops::Range<usize>) -> Option<(usize, Option<ViewRef>)> {
     let [Instr::Load { input, view, access }] = &k.body[body] else { return None };
     if k.in_types[*input] != DType::F16 || view.is_some_and(|v| v.frame != 0) || matches!(access, Access::Tile(_)) {
         return None;
@@ -184,43 +192,47 @@ fn direct(k: &Kernel, body: std::ops::Range<usize>) -> Option<(usize, Option<cra
     (reads == 1).then_some((*input, *view))
 }
 
+/// Emits `load_{a,b}(x, y, i) -> f32`: the operand's value at matrix coordinate `(x, y)` (its prologue applied),
+/// `i` being its row-major index.
+fn load(e: &mut Emitter, op: &Operand) {
+    let rank = e.k.shape.ndim();
+    let (row, col) = (rank - 2, rank - 1);
+    e.line(0, &format!("fn load_{}(x: u32, y: u32, i: u32) -> f32 {{", op.name()));
+    e.line(1, &format!("let c{row} = i32(x);\n    let c{col} = i32(y);"));
+    e.range(op.body.clone(), 1);
+    e.line(1, &format!("return t{};", op.value));
+    e.line(0, "}");
+}
+
 /// Emits `octet_{a,b}(x, y, base, size) -> vec4<u32>`: the operand's 8 elements from matrix coordinate `(x, y)`
-/// along its slab line, as f16 pairs, zeros outside the matrix (x < size.x, y < size.z for A; x < size.z, y <
-/// size.y for B). A direct operand whose 8 elements are whole, contiguous and 16-byte aligned is one load.
-fn octets(e: &mut Emitter, op: &Operand, is_a: bool) {
-    let (row, col) = op.first;
-    let name = op.name;
-    // Extents of the operand's two axes, and its row-major index (used by unstrided loads).
-    let (ex, ey, flat) = if is_a {
-        ("size.x", "size.z", "(base + x) * size.z + y")
-    } else {
-        ("size.z", "size.y", "(base + x) * size.y + y")
-    };
+/// along its slab line, as f16 pairs, zeros outside the matrix. A direct operand whose 8 elements are whole,
+/// contiguous and 16-byte aligned is one load; other direct reads go element by element through the same index
+/// math, and other operands through [`load`].
+fn octets(e: &mut Emitter, op: &Operand) {
+    let rank = e.k.shape.ndim();
+    let (row, col) = (rank - 2, rank - 1);
+    let name = op.name();
+    let (ex, ey, flat) = op.extents();
     // The coordinates of element t of the octet.
     let (xt, yt) = if op.along { ("x", "y + t") } else { ("x + t", "y") };
-    match direct(e.k, op.body.clone()) {
+    match op.direct {
         Some((input, view)) => {
-            e.b.rebind(&format!("i{input}"), "vec4<u32>");
             let index = match view {
-                None => flat.to_string(),
+                None => flat("x", "y"),
                 Some(v) => format!("u32({})", e.index(v.at, 0)),
             };
             e.line(0, &format!("fn index_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> u32 {{"));
             e.line(1, &format!("let c{row} = i32(x);\n    let c{col} = i32(y);\n    return {index};"));
             e.line(0, "}");
-            let (next_x, next_y, last) = if op.along {
+            let (next_x, next_y, whole) = if op.along {
                 ("x", "y + 1u", format!("y + 8u <= {ey} && x < {ex}"))
             } else {
                 ("x + 1u", "y", format!("x + 8u <= {ex} && y < {ey}"))
             };
             e.line(0, &format!("fn octet_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> vec4<u32> {{"));
             e.line(1, &format!("let e0 = index_{name}(x, y, base, size);"));
-            e.line(
-                1,
-                &format!(
-                    "if ({last} && e0 % 8u == 0u && index_{name}({next_x}, {next_y}, base, size) == e0 + 1u) {{ return i{input}[e0 / 8u]; }}"
-                ),
-            );
+            let contiguous = format!("index_{name}({next_x}, {next_y}, base, size) == e0 + 1u");
+            e.line(1, &format!("if ({whole} && e0 % 8u == 0u && {contiguous}) {{ return i{input}[e0 / 8u]; }}"));
             e.line(1, "var h: array<f32, 8>;");
             e.line(1, "for (var t = 0u; t < 8u; t++) {");
             e.line(2, &format!("if ({xt} < {ex} && {yt} < {ey}) {{"));
@@ -231,19 +243,13 @@ fn octets(e: &mut Emitter, op: &Operand, is_a: bool) {
             e.line(1, "}");
         }
         None => {
-            e.line(0, &format!("fn load_{name}(x: u32, y: u32, i: u32) -> f32 {{"));
-            e.line(1, &format!("let c{row} = i32(x);\n    let c{col} = i32(y);"));
-            e.range(op.body.clone(), 1);
-            e.line(1, &format!("return t{};", op.value));
-            e.line(0, "}");
+            load(e, op);
             e.line(0, &format!("fn octet_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> vec4<u32> {{"));
             e.line(1, "var h: array<f32, 8>;");
             e.line(1, "for (var t = 0u; t < 8u; t++) {");
             e.line(2, &format!("let xt = {xt};\n        let yt = {yt};"));
-            let flat_t =
-                flat.replace("x", "xt").replace("y", "yt").replace("size.xt", "size.x").replace("size.yt", "size.y");
             // Rounded here, by bits: pack2x16float's rounding is the implementation's.
-            let value = e.b.round(DType::F16, format!("load_{name}(xt, yt, {flat_t})"));
+            let value = e.b.round(DType::F16, format!("load_{name}(xt, yt, {})", flat("xt", "yt")));
             e.line(2, &format!("if (xt < {ex} && yt < {ey}) {{ h[t] = {value}; }}"));
             e.line(1, "}");
         }

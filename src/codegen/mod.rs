@@ -84,14 +84,6 @@ impl Builder {
         let _ = writeln!(self.decls, "@group(0) @binding({binding}) var<storage, {access}> {name}: array<{elem}>;");
     }
 
-    /// Rebinds storage binding `name` (declared by [`Builder::buffer`]) with elements `elem`.
-    pub fn rebind(&mut self, name: &str, elem: &str) {
-        let Some(at) = self.decls.find(&format!("> {name}: array<")) else { return };
-        let start = at + name.len() + 4;
-        let end = start + self.decls[start..].find(">;\n").expect("a binding declaration ends its line");
-        self.decls.replace_range(start..end, &format!("array<{elem}"));
-    }
-
     /// Declares a function or other text among the declarations.
     pub fn decl(&mut self, text: &str) {
         self.decls.push_str(text);

@@ -178,7 +178,7 @@ impl Gpu {
         }));
         let subgroups = device.features().contains(wgpu::Features::SUBGROUP);
         let f16 = device.features().contains(wgpu::Features::SHADER_F16);
-        let coop = coop && device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+        let coop = device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
         let checked = crate::env::shader_checks();
         Ok(Gpu { device, queue, info, limits, subgroups, f16, coop, checked, memory, lost, uncaptured })
     }
