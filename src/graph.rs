@@ -212,3 +212,34 @@ mod tests {
         assert!(matches!(g.node(b).op, Op::Buffer));
     }
 }
+
+/// Graph builders for unit tests of the schedule and the backends (f32 nodes, shapes by NumPy's rule).
+#[cfg(test)]
+pub(crate) mod build {
+    use super::{Graph, NodeId, Op};
+    use crate::dtype::DType;
+    use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+    use crate::shape::Shape;
+
+    pub fn data(g: &mut Graph, shape: &[usize]) -> NodeId {
+        let s = Shape::from(shape);
+        g.add(Op::Data(vec![0; s.numel()]), s, DType::F32)
+    }
+    pub fn bin(g: &mut Graph, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
+        let s = g.node(a).shape.broadcast(&g.node(b).shape).unwrap();
+        g.add(Op::Binary(op, a, b), s, DType::F32)
+    }
+    pub fn un(g: &mut Graph, op: UnaryOp, a: NodeId) -> NodeId {
+        let s = g.node(a).shape.clone();
+        g.add(Op::Unary(op, a), s, DType::F32)
+    }
+    pub fn scalar(g: &mut Graph, v: f32) -> NodeId {
+        g.add(Op::Const(v.to_bits()), Shape::from([]), DType::F32)
+    }
+    /// `op` over `axis`, kept with extent 1.
+    pub fn fold(g: &mut Graph, op: ReduceOp, a: NodeId, axis: usize) -> NodeId {
+        let mut dims = g.node(a).shape.dims().to_vec();
+        dims[axis] = 1;
+        g.add(Op::Reduce(op, a, axis), Shape::from(dims.as_slice()), DType::F32)
+    }
+}

@@ -152,15 +152,21 @@ macro_rules! op_table {
 
             /// The op's value at `x`: the definition every backend must match.
             #[inline]
-            #[allow(unreachable_code)]
             pub fn eval(self, x: f32) -> f32 {
+                self.eval_with::<Libm>(x)
+            }
+
+            /// `eval` with the transcendental functions of `M`: the same row, as a backend spells it.
+            #[inline(always)]
+            #[allow(unreachable_code)]
+            pub fn eval_with<M: Math>(self, x: f32) -> f32 {
                 match self { $(UnaryOp::$U => { $(return (|$x: f32| $ue)(x);)? unreachable!("{} on f32", $uname) })* }
             }
 
             /// `eval` over a slice: one loop per op, which the compiler vectorizes (the CPU backend's kernel body).
             /// Always inlined, so a caller compiled for wider vectors gets wider loops.
             #[inline(always)]
-            pub fn eval_slice(self, a: &[f32], out: &mut [f32]) {
+            pub fn eval_slice<M: Math>(self, a: &[f32], out: &mut [f32]) {
                 match self {
                     $(UnaryOp::$U => { $(for (o, &$x) in out.iter_mut().zip(a) { *o = $ue; } return;)? })*
                 }
@@ -268,6 +274,30 @@ macro_rules! op_table {
                 unreachable!("{} on f32", self.name())
             }
 
+            /// `eval_slice` with a constant second operand (`a op s`): one stream fewer than a filled vector.
+            #[inline(always)]
+            pub fn eval_slice_scalar(self, a: &[f32], s: f32, out: &mut [f32]) {
+                match self {
+                    $(BinaryOp::$B => {
+                        $(for (o, &$a) in out.iter_mut().zip(a) { let $b = s; *o = $be; } return;)?
+                    })*
+                    $(BinaryOp::$C => {})*
+                }
+                unreachable!("{} on f32", self.name())
+            }
+
+            /// `eval_slice` with a constant first operand (`s op b`).
+            #[inline(always)]
+            pub fn scalar_eval_slice(self, s: f32, b: &[f32], out: &mut [f32]) {
+                match self {
+                    $(BinaryOp::$B => {
+                        $(for (o, &$b) in out.iter_mut().zip(b) { let $a = s; *o = $be; } return;)?
+                    })*
+                    $(BinaryOp::$C => {})*
+                }
+                unreachable!("{} on f32", self.name())
+            }
+
             /// The op on integer lanes of type `T` or, for `bool`, on 0/1 lanes. Not for comparisons.
             #[inline(always)]
             pub fn eval_int_slice<T: IntLane + IntBits>(self, bool: bool, a: &[T], b: &[T], out: &mut [T]) {
@@ -324,6 +354,27 @@ macro_rules! op_table {
     };
 }
 
+/// The transcendental functions the float rows of the op table are written with, so that a backend evaluates
+/// the same rows with its own versions (the CPU backend's vectorize); [`Libm`]'s are the definition.
+pub trait Math {
+    fn exp(x: f32) -> f32;
+    fn tanh(x: f32) -> f32;
+}
+
+/// Rust's standard library (the platform's libm): the functions of the reference interpreter.
+pub struct Libm;
+
+impl Math for Libm {
+    #[inline]
+    fn exp(x: f32) -> f32 {
+        x.exp()
+    }
+    #[inline]
+    fn tanh(x: f32) -> f32 {
+        x.tanh()
+    }
+}
+
 /// Integer lanes as raw `u32` bits, for the bool column (0/1 lanes of either integer type).
 pub trait IntBits: Copy {
     /// The lane's bits.
@@ -359,7 +410,7 @@ op_table! {
         Neg "neg"
             @float "-{a}" needs [] |x| -x;
             @int "{ty}(0) - {a}" |x| T::from_u32(0u32.wrapping_sub(x.to_u32()));
-        Exp "exp" @float "exp({a})" needs [] |x| x.exp();
+        Exp "exp" @float "exp({a})" needs [] |x| M::exp(x);
         Ln "ln" @float "log({a})" needs [] |x| x.ln();
         Sqrt "sqrt" @float "sqrt({a})" needs [] |x| x.sqrt();
         // `inverseSqrt` is undefined at 0 and below; this keeps 1/sqrt(0) = inf and NaN for negatives.
@@ -369,8 +420,8 @@ op_table! {
         Relu "relu"
             @float "select(max({a}, {ty}(0.0)), {a}, lz_isnan{v}({a}))" needs [IsNan] |x| if x < 0.0 { 0.0 } else { x };
             @int "max({a}, {ty}(0))" |x| x.relu_w();
-        Sigmoid "sigmoid" @float "1.0 / (1.0 + exp(-{a}))" needs [] |x| 1.0 / (1.0 + (-x).exp());
-        Tanh "tanh" @float "tanh({a})" needs [] |x| x.tanh();
+        Sigmoid "sigmoid" @float "1.0 / (1.0 + exp(-{a}))" needs [] |x| 1.0 / (1.0 + M::exp(-x));
+        Tanh "tanh" @float "tanh({a})" needs [] |x| M::tanh(x);
         Sin "sin" @float "sin({a})" needs [] |x| x.sin();
         Cos "cos" @float "cos({a})" needs [] |x| x.cos();
         Recip "recip" @float "1.0 / {a}" needs [] |x| 1.0 / x;
@@ -378,8 +429,8 @@ op_table! {
             @float "{a} * {a}" needs [] |x| x * x;
             @int "{a} * {a}" |x| T::from_u32(x.to_u32().wrapping_mul(x.to_u32()));
         Gelu "gelu" @float "0.5 * {a} * (1.0 + tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a})))"
-            needs [] |x| 0.5 * x * (1.0 + (GELU_C * (x + 0.044715 * x * x * x)).tanh());
-        Silu "silu" @float "{a} / (1.0 + exp(-{a}))" needs [] |x| x / (1.0 + (-x).exp());
+            needs [] |x| 0.5 * x * (1.0 + M::tanh(GELU_C * (x + 0.044715 * x * x * x)));
+        Silu "silu" @float "{a} / (1.0 + exp(-{a}))" needs [] |x| x / (1.0 + M::exp(-x));
         /// Logical not of bools, bitwise not of integers.
         Not "not" @int "~{a}" |x| T::from_u32(!x.to_u32()); @bool "{a} ^ {ty}(1u)" |x| x ^ 1;
     }

@@ -192,6 +192,7 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
 mod tests {
     use super::*;
     use crate::dtype::DType;
+    use crate::graph::build::{bin, data, scalar};
     use crate::kernel::Instr;
     use crate::op::{BinaryOp, UnaryOp};
     use crate::shape::Shape;
@@ -199,17 +200,6 @@ mod tests {
     const FUSE: Options = Options { fuse: true, max_bindings: 8, max_ops: 256 };
     const NOFUSE: Options = Options { fuse: false, max_bindings: 8, max_ops: 256 };
 
-    fn data(g: &mut Graph, shape: &[usize]) -> NodeId {
-        let s = Shape::from(shape);
-        g.add(Op::Data(vec![0; s.numel()]), s, DType::F32)
-    }
-    fn bin(g: &mut Graph, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
-        let s = g.node(a).shape.broadcast(&g.node(b).shape).unwrap();
-        g.add(Op::Binary(op, a, b), s, DType::F32)
-    }
-    fn scalar(g: &mut Graph, v: f32) -> NodeId {
-        g.add(Op::Const(v.to_bits()), Shape::from([]), DType::F32)
-    }
     /// `((a + b) * 5.0 - c) / 2.0`
     fn chain3(g: &mut Graph, n: usize) -> NodeId {
         let (a, b, c) = (data(g, &[n]), data(g, &[n]), data(g, &[n]));

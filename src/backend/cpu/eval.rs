@@ -7,11 +7,17 @@ use crate::kernel::{Access, Instr, Kernel, Kind, Phase};
 use crate::op::{IntBits, IntLane, ReduceOp};
 use bytemuck::{cast_slice, cast_slice_mut};
 use rayon::prelude::*;
+use smallvec::{smallvec, SmallVec};
 use std::ops::Range;
 
 /// Elements each instruction is applied to at once: a few kilobytes per register, so a kernel's registers stay in
 /// the L1 and L2 caches while streams from memory stay long enough to prefetch (1024 measured best of 256-2048).
 const BATCH: usize = 1024;
+/// Outputs of at least this many bytes are written with non-temporal stores ([`simd::stream`]): they would not
+/// stay in the cache anyway.
+const STREAM_BYTES: usize = 8 << 20;
+/// Inputs of at least this many bytes have each window prefetched a batch ahead: past the L2 cache.
+const PREFETCH_BYTES: usize = 1 << 20;
 /// Elements one parallel task covers.
 const TASK: usize = 32 * BATCH;
 
@@ -19,10 +25,17 @@ const TASK: usize = 32 * BATCH;
 /// a pool thread waiting on nested tasks may run one of its caller's other tasks, which could lock this device
 /// again on the same thread.
 pub(super) fn tasks(n: usize, f: impl Fn(usize) + Send + Sync) {
+    tasks_with(n, || (), |_, t| f(t));
+}
+
+/// [`tasks`] with a state made by `init` for each worker (not each task): registers are allocated, and constants
+/// filled, once per thread rather than once per task.
+fn tasks_with<S>(n: usize, init: impl Fn() -> S + Send + Sync, f: impl Fn(&mut S, usize) + Send + Sync) {
     if rayon::current_thread_index().is_some() {
-        (0..n).for_each(f);
+        let mut state = init();
+        (0..n).for_each(|t| f(&mut state, t));
     } else {
-        (0..n).into_par_iter().for_each(f);
+        (0..n).into_par_iter().for_each_init(init, f);
     }
 }
 
@@ -116,6 +129,16 @@ struct Ctx<'a> {
     cats: Vec<Vec<usize>>,
     /// For each strided load, its strides and offset, read from the parameters once.
     views: Vec<Option<(Vec<i64>, i64)>>,
+    /// For each instruction, the register holding its values (see [`registers`]), and how many there are.
+    slot: Vec<usize>,
+    slots: usize,
+    /// For each float constant, its value: a binary op with one constant operand runs as its own loop.
+    scalar: Vec<Option<f32>>,
+    /// For each instruction, whether anything reads it as a vector (a constant read only as a binary op's constant
+    /// operand is never filled).
+    vector_read: Vec<bool>,
+    /// For each input, whether its windows are prefetched a batch ahead: those too large to stay in the caches.
+    prefetch: Vec<bool>,
 }
 
 impl<'a> Ctx<'a> {
@@ -138,7 +161,45 @@ impl<'a> Ctx<'a> {
             })
             .collect();
         let word_inputs = k.in_types.iter().map(|d| d.size_in_bytes() == 4).collect();
-        Ctx { k, inputs, word_inputs, cats, views }
+        let (slot, slots) = registers(k);
+        let scalar = k
+            .body
+            .iter()
+            .zip(&k.types)
+            .map(|(instr, dt)| match instr {
+                Instr::Scalar(at) if dt.class() == Class::Float => Some(f32::from_bits(k.params[*at])),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        let mut vector_read = vec![false; k.body.len()];
+        for &(_, v) in &k.outputs {
+            vector_read[v] = true;
+        }
+        if let Kind::Reduce(r) = k.kind {
+            vector_read[r.value] = true;
+        }
+        for phase in &k.phases {
+            if let Phase::Fold { value, .. } = phase {
+                vector_read[*value] = true;
+            }
+        }
+        for (q, instr) in k.body.iter().enumerate() {
+            match instr {
+                Instr::Binary(op, a, b) if k.types[q].class() == Class::Float && !op.is_compare() => {
+                    // As the Binary arm of `eval` reads them.
+                    match (scalar[*a], scalar[*b]) {
+                        (_, Some(_)) => vector_read[*a] = true,
+                        (Some(_), None) => vector_read[*b] = true,
+                        (None, None) => (vector_read[*a], vector_read[*b]) = (true, true),
+                    }
+                }
+                // A concatenation's parts read what they read through `cat`, as vectors.
+                Instr::Cat { .. } => vector_read.iter_mut().for_each(|v| *v = true),
+                other => operands(other).into_iter().for_each(|o| vector_read[o] = true),
+            }
+        }
+        let prefetch = inputs.iter().map(|i| i.len() * 4 >= PREFETCH_BYTES).collect();
+        Ctx { k, inputs, word_inputs, cats, views, slot, slots, scalar, vector_read, prefetch }
     }
 
     /// Fills `out[j]` with element `at(j)` of input `n`, as lanes: 32-bit elements are copied, narrower ones
@@ -154,25 +215,104 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Each instruction's values over the current batch: computed into its own vector, or, for a load at the kernel's
+/// The operands an instruction reads (a concatenation's parts are read inside it).
+fn operands(instr: &Instr) -> SmallVec<[usize; 3]> {
+    match instr {
+        Instr::Unary(_, a) | Instr::Cast(a) => smallvec![*a],
+        Instr::Binary(_, a, b) if a == b => smallvec![*a],
+        Instr::Binary(_, a, b) => smallvec![*a, *b],
+        Instr::Select(c, a, b) => {
+            let mut v: SmallVec<[usize; 3]> = smallvec![*c, *a, *b];
+            v.sort_unstable();
+            v.dedup();
+            v
+        }
+        _ => SmallVec::new(),
+    }
+}
+
+/// Assigns each instruction a register, reusing one once the last instruction reading it has run: a chain of n ops
+/// then keeps a few batch-sized vectors hot in L1 instead of n (chain16 had 27 registers of 4 KiB, past the L1).
+/// Values read after their range is evaluated (outputs, folded values) or from another range, and constants
+/// (filled once per task), keep theirs. Kernels with a concatenation, whose parts are evaluated apart, keep one
+/// register per instruction.
+fn registers(k: &Kernel) -> (Vec<usize>, usize) {
+    let n = k.body.len();
+    if k.body.iter().any(|i| matches!(i, Instr::Cat { .. })) {
+        return ((0..n).collect(), n);
+    }
+    // Which range of the body each instruction is evaluated in (reduce: prologue, epilogue; rows: per phase).
+    let mut range = vec![0usize; n];
+    match k.kind {
+        Kind::Reduce(r) => range[r.prologue..].iter_mut().for_each(|x| *x = 1),
+        Kind::Rows { .. } => {
+            for (p, phase) in k.phases.iter().enumerate() {
+                let (Phase::Fold { body, .. } | Phase::Map { body, .. }) = phase;
+                range[body.clone()].iter_mut().for_each(|x| *x = p + 1);
+            }
+        }
+        _ => {}
+    }
+    let mut pinned = vec![false; n];
+    for &(_, v) in &k.outputs {
+        pinned[v] = true;
+    }
+    if let Kind::Reduce(r) = k.kind {
+        pinned[r.value] = true;
+    }
+    for phase in &k.phases {
+        if let Phase::Fold { value, .. } = phase {
+            pinned[*value] = true;
+        }
+    }
+    let mut last: Vec<Option<usize>> = vec![None; n];
+    for (q, instr) in k.body.iter().enumerate() {
+        pinned[q] |= matches!(instr, Instr::Scalar(_));
+        for o in operands(instr) {
+            last[o] = Some(q);
+            pinned[o] |= range[o] != range[q];
+        }
+    }
+    let (mut slot, mut free, mut count) = (vec![0; n], Vec::new(), 0);
+    for q in 0..n {
+        slot[q] = free.pop().unwrap_or_else(|| {
+            count += 1;
+            count - 1
+        });
+        // Freed after `q` has its register, so an instruction never writes the register it reads.
+        for o in operands(&k.body[q]) {
+            if !pinned[o] && last[o] == Some(q) {
+                free.push(slot[o]);
+            }
+        }
+        if !pinned[q] && last[q].is_none() {
+            free.push(slot[q]);
+        }
+    }
+    (slot, count)
+}
+
+/// Each instruction's values over the current batch: computed into its register, or, for a load at the kernel's
 /// own index over consecutive elements, a window of the input itself (no copy).
 struct Regs {
+    /// Per register (see [`registers`]).
     vals: Vec<Vec<f32>>,
+    /// Per instruction.
     window: Vec<Option<(usize, usize)>>,
     /// For scalar registers: the length they were last filled to.
     filled: Vec<usize>,
 }
 
 impl Regs {
-    fn new(n: usize) -> Regs {
-        Regs { vals: vec![Vec::new(); n], window: vec![None; n], filled: vec![0; n] }
+    fn new(ctx: &Ctx) -> Regs {
+        Regs { vals: vec![Vec::new(); ctx.slots], window: vec![None; ctx.k.body.len()], filled: vec![0; ctx.slots] }
     }
 
     /// The values of instruction `i` over a batch of `len` elements.
     fn get<'a>(&'a self, ctx: &'a Ctx, i: usize, len: usize) -> &'a [f32] {
         match self.window[i] {
             Some((input, lo)) => &ctx.inputs[input][lo..lo + len],
-            None => &self.vals[i],
+            None => &self.vals[ctx.slot[i]],
         }
     }
 }
@@ -192,13 +332,21 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
         if let (Instr::Load { input, view: None, .. }, Own::From(lo)) = (&k.body[i], &batch.own) {
             if ctx.word_inputs[*input] {
                 regs.window[i] = Some((*input, *lo));
+                if ctx.prefetch[*input] {
+                    prefetch(ctx.inputs[*input], lo + n, n);
+                }
                 i += 1;
                 continue;
             }
         }
         regs.window[i] = None;
+        if !ctx.vector_read[i] && matches!(k.body[i], Instr::Scalar(_)) {
+            i += 1;
+            continue;
+        }
         // Every instruction overwrites its register whole, so it is only resized, never cleared.
-        let mut out = std::mem::take(&mut regs.vals[i]);
+        let r = ctx.slot[i];
+        let mut out = std::mem::take(&mut regs.vals[r]);
         out.resize(n, 0.0);
         let dt = k.types[i];
         match &k.body[i] {
@@ -238,9 +386,9 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
             // The same value for every batch of a task: filled when the batch length changes, not per batch.
             Instr::Scalar(at) => {
                 let v = f32::from_bits(k.params[*at]);
-                if out.first() != Some(&v) || regs.filled[i] != n {
+                if out.first() != Some(&v) || regs.filled[r] != n {
                     out.fill(v);
-                    regs.filled[i] = n;
+                    regs.filled[r] = n;
                 }
             }
             Instr::Unary(op, a) => {
@@ -264,7 +412,11 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
                     }
                 } else {
                     match dt.class() {
-                        Class::Float => simd::binary(*op, x, y, &mut out),
+                        Class::Float => match (ctx.scalar[*a], ctx.scalar[*b]) {
+                            (_, Some(s)) => simd::binary_scalar(*op, x, s, &mut out),
+                            (Some(s), None) => simd::scalar_binary(*op, s, y, &mut out),
+                            (None, None) => simd::binary(*op, x, y, &mut out),
+                        },
                         Class::Int => {
                             op.eval_int_slice::<i32>(false, cast_slice(x), cast_slice(y), cast_slice_mut(&mut out))
                         }
@@ -281,8 +433,26 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
             Instr::Folded(f) => out.fill(batch.folds[*f]),
             Instr::Cat { .. } => unreachable!("handled above"),
         }
-        regs.vals[i] = out;
+        regs.vals[r] = out;
         i += 1;
+    }
+}
+
+/// Asks for `len` elements of `v` from `at` on (as far as there are) to be brought into the cache: the next batch
+/// of a window, so its memory streams in while this batch computes.
+#[inline]
+fn prefetch(v: &[f32], at: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let end = v.len().min(at + len);
+        let mut j = at;
+        while j < end {
+            // SAFETY: a prefetch of an address inside the slice; it has no architectural effect.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(v.as_ptr().add(j) as *const i8)
+            };
+            j += 16;
+        }
     }
 }
 
@@ -350,7 +520,7 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
         let folded = if batch.folded.is_empty() { Vec::new() } else { at.iter().map(|&j| batch.folded[j]).collect() };
         let sub = Batch { len: at.len(), own, coords, folded, folds: batch.folds.clone() };
         // Values from outside the part that it reads, narrowed to its elements.
-        let mut sub_regs = Regs::new(k.body.len());
+        let mut sub_regs = Regs::new(ctx);
         for instr in &k.body[part.body.clone()] {
             let operands: &[usize] = match instr {
                 Instr::Unary(_, a) => std::slice::from_ref(a),
@@ -358,9 +528,9 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
                 _ => &[],
             };
             for &o in operands {
-                if o < part.body.start && sub_regs.vals[o].is_empty() {
+                if o < part.body.start && sub_regs.vals[ctx.slot[o]].is_empty() {
                     let values = regs.get(ctx, o, batch.len);
-                    sub_regs.vals[o] = at.iter().map(|&j| values[j]).collect();
+                    sub_regs.vals[ctx.slot[o]] = at.iter().map(|&j| values[j]).collect();
                 }
             }
         }
@@ -372,7 +542,7 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
         }
     }
     regs.window[q] = None;
-    regs.vals[q] = out;
+    regs.vals[ctx.slot[q]] = out;
 }
 
 /// Runs an elementwise kernel.
@@ -396,24 +566,37 @@ pub(super) fn map(
     let ctx = Ctx::new(k, inputs);
     let numel = k.shape.numel();
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
-    tasks(numel.div_ceil(TASK), |t| {
-        let mut regs = Regs::new(k.body.len());
-        let mut batch = Batch::empty();
-        let end = numel.min((t + 1) * TASK);
-        for lo in (t * TASK..end).step_by(BATCH) {
-            let hi = end.min(lo + BATCH);
-            batch.fill(k, lo, hi);
-            if let Some(r) = reduced {
-                batch.folded.clear();
-                batch.folded.extend_from_slice(&r[lo..hi]);
+    let stream = numel * 4 >= STREAM_BYTES;
+    tasks_with(
+        numel.div_ceil(TASK),
+        || (Regs::new(&ctx), Batch::empty()),
+        |(regs, batch), t| {
+            let end = numel.min((t + 1) * TASK);
+            for lo in (t * TASK..end).step_by(BATCH) {
+                let hi = end.min(lo + BATCH);
+                batch.fill(k, lo, hi);
+                if let Some(r) = reduced {
+                    batch.folded.clear();
+                    batch.folded.extend_from_slice(&r[lo..hi]);
+                }
+                eval(&ctx, range.clone(), batch, regs);
+                for ((o, &v), &dt) in outs.iter().zip(values).zip(types) {
+                    let lanes = regs.get(&ctx, v, hi - lo);
+                    // SAFETY: tasks write disjoint ranges `lo..hi` of outputs of `numel` elements.
+                    unsafe {
+                        if stream && dt.size_in_bytes() == 4 {
+                            simd::stream(o.at(lo), lanes)
+                        } else {
+                            store(*o, dt, lo, lanes)
+                        }
+                    };
+                }
             }
-            eval(&ctx, range.clone(), &batch, &mut regs);
-            for ((o, &v), &dt) in outs.iter().zip(values).zip(types) {
-                // SAFETY: tasks write disjoint ranges `lo..hi` of outputs of `numel` elements.
-                unsafe { store(*o, dt, lo, regs.get(&ctx, v, hi - lo)) };
+            if stream {
+                simd::stream_fence();
             }
-        }
-    });
+        },
+    );
 }
 
 /// `values` (lanes of `dt`, accumulating in its lanes) folded with `op`. Floats: 8 interleaved running folds
@@ -469,46 +652,49 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     out_dims[r.axis] = 1;
     let strided = k.body[..r.prologue].iter().any(needs_coords);
     let lanes = k.types[r.value].lanes();
-    tasks(blocks * chunks, |t| {
-        let (b, j) = (t / chunks, t % chunks);
-        let block = b * BATCH..out_count.min((b + 1) * BATCH);
-        let (lo, hi) = (j * len, n.min(j * len + len));
-        let mut regs = Regs::new(k.body.len());
-        let mut folded = Vec::with_capacity(block.len());
-        for o in block.clone() {
-            let base = unravel(o, &out_dims);
-            let mut acc = f32::from_bits(r.op.identity_lane(lanes));
-            for s in (lo..hi).step_by(BATCH) {
-                let e = hi.min(s + BATCH);
-                let batch = along_axis(&dims, r.axis, r.rows, &base, s..e, strided);
-                eval(&ctx, 0..r.prologue, &batch, &mut regs);
-                acc = combine(r.op, lanes, acc, tree(r.op, lanes, regs.get(&ctx, r.value, e - s)));
+    tasks_with(
+        blocks * chunks,
+        || Regs::new(&ctx),
+        |regs, t| {
+            let (b, j) = (t / chunks, t % chunks);
+            let block = b * BATCH..out_count.min((b + 1) * BATCH);
+            let (lo, hi) = (j * len, n.min(j * len + len));
+            let mut folded = Vec::with_capacity(block.len());
+            for o in block.clone() {
+                let base = unravel(o, &out_dims);
+                let mut acc = f32::from_bits(r.op.identity_lane(lanes));
+                for s in (lo..hi).step_by(BATCH) {
+                    let e = hi.min(s + BATCH);
+                    let batch = along_axis(&dims, r.axis, r.rows, &base, s..e, strided);
+                    eval(&ctx, 0..r.prologue, &batch, regs);
+                    acc = combine(r.op, lanes, acc, tree(r.op, lanes, regs.get(&ctx, r.value, e - s)));
+                }
+                folded.push(acc);
             }
-            folded.push(acc);
-        }
-        if r.partial {
-            let mut part_dims = out_dims.clone();
-            part_dims[r.axis] = chunks;
-            for (o, &v) in block.clone().zip(&folded) {
-                let mut c = unravel(o, &out_dims);
-                c[r.axis] = j as i64;
-                let at = c.iter().zip(&part_dims).fold(0usize, |a, (&c, &d)| a * d + c as usize);
-                // SAFETY: each (output, chunk) pair is written by exactly one task.
-                unsafe { store(outs[0], k.out_types[0], at, &[v]) };
+            if r.partial {
+                let mut part_dims = out_dims.clone();
+                part_dims[r.axis] = chunks;
+                for (o, &v) in block.clone().zip(&folded) {
+                    let mut c = unravel(o, &out_dims);
+                    c[r.axis] = j as i64;
+                    let at = c.iter().zip(&part_dims).fold(0usize, |a, (&c, &d)| a * d + c as usize);
+                    // SAFETY: each (output, chunk) pair is written by exactly one task.
+                    unsafe { store(outs[0], k.out_types[0], at, &[v]) };
+                }
+                return;
             }
-            return;
-        }
-        let coords = (0..dims.len())
-            .map(|d| block.clone().map(|o| if d == r.axis { 0 } else { unravel(o, &out_dims)[d] }).collect())
-            .collect();
-        let batch = Batch { len: block.len(), own: Own::From(block.start), coords, folded, folds: Vec::new() };
-        eval(&ctx, r.prologue..k.body.len(), &batch, &mut regs);
-        for ((o, &(_, v)), &dt) in outs.iter().zip(&k.outputs).zip(&k.out_types) {
-            // SAFETY: blocks of outputs are disjoint between tasks (a final fold has one chunk). Narrow outputs:
-            // blocks are whole multiples of 4 elements, so no two tasks share a word.
-            unsafe { store(*o, dt, block.start, regs.get(&ctx, v, block.len())) };
-        }
-    });
+            let coords = (0..dims.len())
+                .map(|d| block.clone().map(|o| if d == r.axis { 0 } else { unravel(o, &out_dims)[d] }).collect())
+                .collect();
+            let batch = Batch { len: block.len(), own: Own::From(block.start), coords, folded, folds: Vec::new() };
+            eval(&ctx, r.prologue..k.body.len(), &batch, regs);
+            for ((o, &(_, v)), &dt) in outs.iter().zip(&k.outputs).zip(&k.out_types) {
+                // SAFETY: blocks of outputs are disjoint between tasks (a final fold has one chunk). Narrow outputs:
+                // blocks are whole multiples of 4 elements, so no two tasks share a word.
+                unsafe { store(*o, dt, block.start, regs.get(&ctx, v, block.len())) };
+            }
+        },
+    );
 }
 
 /// The elements `range` along the folded axis at the output whose coordinates are `base`. Coordinates are made
@@ -544,40 +730,142 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
     out_dims[axis] = 1;
     let strided = k.body.iter().any(needs_coords);
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
-    tasks(k.params[0] as usize, |o| {
-        let mut regs = Regs::new(k.body.len());
-        let base = unravel(o, &out_dims);
-        let mut folds: Vec<f32> = Vec::new();
-        for phase in &k.phases {
-            let mut acc = None;
-            for s in (0..n).step_by(BATCH) {
-                let e = n.min(s + BATCH);
-                let mut batch = along_axis(&dims, axis, true, &base, s..e, strided);
-                batch.folds.clone_from(&folds);
-                match phase {
-                    Phase::Fold { op, body, value, .. } => {
-                        eval(&ctx, body.clone(), &batch, &mut regs);
-                        let lanes = k.types[*value].lanes();
-                        let a = acc.unwrap_or(f32::from_bits(op.identity_lane(lanes)));
-                        acc = Some(combine(*op, lanes, a, tree(*op, lanes, regs.get(&ctx, *value, e - s))));
-                    }
-                    Phase::Map { body, outputs } => {
-                        eval(&ctx, body.clone(), &batch, &mut regs);
-                        for &m in outputs {
-                            // SAFETY: each row's elements are written by its own task only.
-                            unsafe { store(outs[m], k.out_types[m], o * n + s, regs.get(&ctx, k.outputs[m].1, e - s)) };
+    tasks_with(
+        k.params[0] as usize,
+        || Regs::new(&ctx),
+        |regs, o| {
+            let base = unravel(o, &out_dims);
+            let mut folds: Vec<f32> = Vec::new();
+            for phase in &k.phases {
+                let mut acc = None;
+                for s in (0..n).step_by(BATCH) {
+                    let e = n.min(s + BATCH);
+                    let mut batch = along_axis(&dims, axis, true, &base, s..e, strided);
+                    batch.folds.clone_from(&folds);
+                    match phase {
+                        Phase::Fold { op, body, value, .. } => {
+                            eval(&ctx, body.clone(), &batch, regs);
+                            let lanes = k.types[*value].lanes();
+                            let a = acc.unwrap_or(f32::from_bits(op.identity_lane(lanes)));
+                            acc = Some(combine(*op, lanes, a, tree(*op, lanes, regs.get(&ctx, *value, e - s))));
+                        }
+                        Phase::Map { body, outputs } => {
+                            eval(&ctx, body.clone(), &batch, regs);
+                            for &m in outputs {
+                                // SAFETY: each row's elements are written by its own task only.
+                                unsafe {
+                                    store(outs[m], k.out_types[m], o * n + s, regs.get(&ctx, k.outputs[m].1, e - s))
+                                };
+                            }
                         }
                     }
                 }
-            }
-            if let Phase::Fold { op, output, value, .. } = phase {
-                let v = acc.unwrap_or(f32::from_bits(op.identity_lane(k.types[*value].lanes())));
-                folds.push(v);
-                if let Some(m) = output {
-                    // SAFETY: as above; a row's fold is at the row's index.
-                    unsafe { store(outs[*m], k.out_types[*m], o, &[v]) };
+                if let Phase::Fold { op, output, value, .. } = phase {
+                    let v = acc.unwrap_or(f32::from_bits(op.identity_lane(k.types[*value].lanes())));
+                    folds.push(v);
+                    if let Some(m) = output {
+                        // SAFETY: as above; a row's fold is at the row's index.
+                        unsafe { store(outs[*m], k.out_types[*m], o, &[v]) };
+                    }
                 }
             }
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::build::{bin, data, fold, scalar, un};
+    use crate::graph::{Graph, NodeId};
+    use crate::op::{BinaryOp, UnaryOp};
+    use crate::schedule::{plan, Options};
+
+    fn kernels(g: &Graph, out: NodeId) -> Vec<Kernel> {
+        plan(g, &[out], &Options { fuse: true, max_bindings: 8, max_ops: 256 }).kernels
+    }
+
+    /// Replays the kernel's ranges in the order the CPU backend evaluates them, tracking which instruction last
+    /// wrote each register, and checks that every read (operands, and the values read after a range) finds its
+    /// own instruction's values there.
+    fn assert_registers_hold(k: &Kernel) {
+        let (slot, count) = registers(k);
+        assert!(slot.iter().all(|&s| s < count));
+        let ranges: Vec<(Range<usize>, Vec<usize>)> = match k.kind {
+            Kind::Reduce(r) => vec![
+                (0..r.prologue, vec![r.value]),
+                (r.prologue..k.body.len(), k.outputs.iter().map(|o| o.1).collect()),
+            ],
+            Kind::Rows { .. } => k
+                .phases
+                .iter()
+                .map(|p| match p {
+                    Phase::Fold { body, value, .. } => (body.clone(), vec![*value]),
+                    Phase::Map { body, outputs } => (body.clone(), outputs.iter().map(|&m| k.outputs[m].1).collect()),
+                })
+                .collect(),
+            _ => vec![(0..k.body.len(), k.outputs.iter().map(|o| o.1).collect())],
+        };
+        let mut owner = vec![usize::MAX; count];
+        for (range, after) in ranges {
+            for q in range {
+                for o in operands(&k.body[q]) {
+                    assert_eq!(owner[slot[o]], o, "instruction {q} reads {o}, clobbered: {:?}", k.body);
+                }
+                owner[slot[q]] = q;
+            }
+            for v in after {
+                assert_eq!(owner[slot[v]], v, "value {v} read after its range, clobbered: {:?}", k.body);
+            }
         }
-    });
+    }
+
+    #[test]
+    fn a_long_chain_reuses_a_few_registers() {
+        let mut g = Graph::default();
+        let (a, b, c) = (data(&mut g, &[4096]), data(&mut g, &[4096]), data(&mut g, &[4096]));
+        let mut x = a;
+        for _ in 0..8 {
+            let s = scalar(&mut g, 1.01);
+            x = bin(&mut g, BinaryOp::Add, x, b);
+            x = bin(&mut g, BinaryOp::Mul, x, s);
+            x = bin(&mut g, BinaryOp::Sub, x, c);
+            x = un(&mut g, UnaryOp::Tanh, x);
+        }
+        let ks = kernels(&g, x);
+        assert_eq!(ks.len(), 1);
+        assert_registers_hold(&ks[0]);
+        let scalars = ks[0].body.iter().filter(|i| matches!(i, Instr::Scalar(_))).count();
+        let (_, count) = registers(&ks[0]);
+        // 3 loads and the chain's value in flight, plus one register per constant.
+        assert!(count <= scalars + 5, "{count} registers for {} instructions", ks[0].body.len());
+    }
+
+    #[test]
+    fn registers_hold_in_reduce_and_rows_kernels() {
+        // Softmax (a rows kernel: max, sum, map), a sum of products with an epilogue (a reduce kernel), and a
+        // column sum read back twice (values pinned across ranges).
+        let mut g = Graph::default();
+        let x = data(&mut g, &[64, 300]);
+        let m = fold(&mut g, ReduceOp::Max, x, 1);
+        let d = bin(&mut g, BinaryOp::Sub, x, m);
+        let e = un(&mut g, UnaryOp::Exp, d);
+        let s = fold(&mut g, ReduceOp::Sum, e, 1);
+        let softmax = bin(&mut g, BinaryOp::Div, e, s);
+        let y = data(&mut g, &[64, 300]);
+        let p = bin(&mut g, BinaryOp::Mul, x, y);
+        let q = un(&mut g, UnaryOp::Sqrt, p);
+        let cols = fold(&mut g, ReduceOp::Sum, q, 0);
+        let half = scalar(&mut g, 0.5);
+        let scaled = bin(&mut g, BinaryOp::Mul, cols, half);
+        let both = un(&mut g, UnaryOp::Exp, scaled);
+        let mut kinds = Vec::new();
+        for out in [softmax, both] {
+            for k in kernels(&g, out) {
+                kinds.push(std::mem::discriminant(&k.kind));
+                assert_registers_hold(&k);
+            }
+        }
+        assert!(kinds.len() >= 2);
+    }
 }

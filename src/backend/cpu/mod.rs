@@ -2,6 +2,7 @@
 //! of the same IR run on rayon's threads.
 
 mod eval;
+mod math;
 mod matmul;
 mod simd;
 
