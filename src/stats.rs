@@ -17,6 +17,9 @@ pub struct Stats {
     pub bytes_uploaded: u64,
     /// Bytes read back from device to host.
     pub bytes_downloaded: u64,
+    /// Kernel parameter blocks written to the device: a realize whose kernels' parameters (sizes, strides,
+    /// constants) equal a recent realize's reuses that block and writes none. Always 0 on the CPU backend.
+    pub param_uploads: u64,
     /// Device buffers created (pool misses), read-back staging buffers included.
     pub buffers_allocated: u64,
     /// Bytes of storage buffers holding values now: realized tensors and a realize's intermediates, not the pool's

@@ -97,6 +97,31 @@ fn pipelines_are_cached_on_structure_not_sizes_or_constants() {
 }
 
 #[test]
+fn a_repeated_realize_writes_no_parameters() {
+    for dev in devices() {
+        let run = |n: usize, k: f32, seed: u64| {
+            let (a, b, c) = inputs(&dev, n, seed);
+            let d = ((&a + &b) * k - &c) / 2.0;
+            check(&d, 1e-6, 1e-6, "chain3");
+        };
+        run(1000, 5.0, 1);
+        let first = dev.stats().param_uploads;
+        // New values of the same shapes and constants: the same parameter block.
+        run(1000, 5.0, 2);
+        run(1000, 5.0, 3);
+        assert_eq!(dev.stats().param_uploads, first, "{}: repeated parameters are reused", dev.name());
+        // A new size or a new constant is a new block, on a GPU; the CPU backend uploads none.
+        run(1001, 5.0, 4);
+        run(1000, 6.0, 5);
+        let expected = if dev.is_cpu() { 0 } else { first + 2 };
+        assert_eq!(dev.stats().param_uploads, expected, "{}", dev.name());
+        if !dev.is_cpu() {
+            assert!(first >= 1);
+        }
+    }
+}
+
+#[test]
 fn nofuse_runs_one_kernel_per_op_with_two_intermediates_alive() {
     for dev in devices() {
         dev.set_fusion(false);

@@ -25,10 +25,12 @@ fn chunks(n: usize, groups: usize, rows: bool) -> usize {
     (TARGET_GROUPS / groups.max(1)).clamp(1, n / min)
 }
 
-/// Threads that fold one row of `n` elements: about 32 elements each, at least 64 (no subgroup is wider) and at
-/// most a workgroup. Short rows share a workgroup, so each thread still has several loads in flight.
+/// Threads that fold one row of `n` elements: about 16 elements each, at least 64 (no subgroup is wider) and at
+/// most a workgroup. Short rows share a workgroup, so each thread still has several loads in flight. (16 rather
+/// than 32: softmax and layer norm of [4096, 4096] went from 0.084 to 0.072 ms on the H200, other shapes
+/// unchanged.)
 fn team(n: usize) -> u32 {
-    (n / 32).next_power_of_two().clamp(64, crate::codegen::WORKGROUP_SIZE as usize) as u32
+    (n / 16).next_power_of_two().clamp(64, crate::codegen::WORKGROUP_SIZE as usize) as u32
 }
 
 /// Whether a row fold of `n` elements per output over `outputs` outputs runs in one pass (no chunks).

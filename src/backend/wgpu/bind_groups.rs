@@ -34,6 +34,11 @@ impl BindGroups {
         }
     }
 
+    /// Empties the cache (a buffer it may hold was let go outside the pool).
+    pub fn clear(&mut self) {
+        self.groups.clear();
+    }
+
     /// The bind group of `pipeline` over `ranges` (binding `i` is `ranges[i]`), created on first use.
     pub fn get(
         &mut self,

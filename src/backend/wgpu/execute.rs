@@ -1,4 +1,5 @@
-//! Running a job on wgpu: uploads, parameters, one compute pass of kernels, read-back copies, one submit.
+//! Running a job on wgpu: uploads, parameters (cached by content), one compute pass of kernels, read-back copies,
+//! one submit.
 
 use super::gpu::Scopes;
 use super::{readback, WgpuBackend};
@@ -53,9 +54,11 @@ impl WgpuBackend {
             params.extend_from_slice(&k.params);
         }
         let param_buf = (!params.is_empty()).then(|| {
-            let key = st.pool.alloc(&gpu.device, params.len() as u64 * 4, stats);
-            gpu.queue.write_buffer(st.pool.get(key), 0, bytemuck::cast_slice(&params));
-            key
+            let (buffer, evicted) = st.params.get(&gpu.device, &gpu.queue, &params, stats);
+            if evicted {
+                st.bind_groups.clear();
+            }
+            buffer
         });
 
         let t_upload = t0.elapsed();
@@ -93,7 +96,7 @@ impl WgpuBackend {
                 }
                 let (offset, size) = param_at[n];
                 let mut ranges: SmallVec<[(wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
-                ranges.push((st.pool.get(param_buf.expect("params")).clone(), offset, size));
+                ranges.push((param_buf.clone().expect("params"), offset, size));
                 let slots = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
                 for slot in slots {
                     let key = keys[slot].expect("a kernel's inputs are written before it runs");
@@ -139,9 +142,6 @@ impl WgpuBackend {
                 );
             }
             stats.submits += 1;
-        }
-        if let Some(key) = param_buf {
-            st.pool.release(key, stats);
         }
         // New pipelines go to disk now, while the GPU runs them: a program may never drop its device.
         if stats.pipelines_compiled > compiled_before {

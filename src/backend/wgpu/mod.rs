@@ -4,6 +4,7 @@ mod bind_groups;
 mod disk_cache;
 mod execute;
 pub(crate) mod gpu;
+mod params;
 mod pipelines;
 mod pool;
 mod readback;
@@ -38,6 +39,7 @@ struct State {
     pool: pool::Pool,
     bind_groups: bind_groups::BindGroups,
     pipelines: pipelines::Pipelines,
+    params: params::Params,
     reads: SlotMap<ReadId, readback::Pending>,
 }
 
@@ -54,7 +56,13 @@ impl WgpuBackend {
         let pool = pool::Pool::new(crate::backend::free::budget(gpu.memory));
         let mut pipelines = pipelines::Pipelines::default();
         pipelines.disk = disk_cache::DiskCache::open(&gpu.device, &gpu.info, disk_cache::dir());
-        let state = State { pool, bind_groups: Default::default(), pipelines, reads: SlotMap::with_key() };
+        let state = State {
+            pool,
+            bind_groups: Default::default(),
+            pipelines,
+            params: Default::default(),
+            reads: SlotMap::with_key(),
+        };
         Ok(WgpuBackend { gpu, state: Mutex::new(state), subgroups, f16, coop })
     }
 
