@@ -65,6 +65,29 @@ fn unary_ops_match_the_reference_on_random_data() {
 }
 
 #[test]
+fn an_op_and_a_constant_op_after_it_match_the_reference() {
+    // The CPU backend runs these pairs as one loop; its values must be the reference's bits.
+    let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+    for dev in devices() {
+        let mut rng = Rng::new(21);
+        let n = 3000;
+        let a = Tensor::from_vec_on(rng.vec(n, -3.0, 3.0), [n], &dev);
+        let b = Tensor::from_vec_on(rng.vec(n, 0.5, 3.0), [n], &dev);
+        let k = Tensor::scalar_on(1.7, &dev);
+        for op1 in ops {
+            for op2 in ops {
+                let inner = apply_binary(&a, &b, op1);
+                let rel = if dev.is_cpu() { 0.0 } else { 1e-6 };
+                for (t, side) in [(apply_binary(&inner, &k, op2), "right"), (apply_binary(&k, &inner, op2), "left")] {
+                    let what = format!("{}({}(a, b), 1.7) constant {side}", op2.name(), op1.name());
+                    check(&t, rel, 0.0, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn binary_ops_match_the_reference_on_broadcast_shapes() {
     for dev in devices() {
         let mut rng = Rng::new(12);

@@ -1,13 +1,13 @@
 //! Running kernel IR on the CPU: each instruction over a batch of a few hundred elements at a time (loops the
 //! compiler vectorizes, no temporaries of the tensor's size), batches in parallel on rayon.
 
+use super::regs::{Plan, Step};
 use super::simd;
 use crate::dtype::{Class, DType};
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase};
 use crate::op::{IntBits, IntLane, ReduceOp};
 use bytemuck::{cast_slice, cast_slice_mut};
 use rayon::prelude::*;
-use smallvec::{smallvec, SmallVec};
 use std::ops::Range;
 
 /// Elements each instruction is applied to at once: a few kilobytes per register, so a kernel's registers stay in
@@ -129,14 +129,8 @@ struct Ctx<'a> {
     cats: Vec<Vec<usize>>,
     /// For each strided load, its strides and offset, read from the parameters once.
     views: Vec<Option<(Vec<i64>, i64)>>,
-    /// For each instruction, the register holding its values (see [`registers`]), and how many there are.
-    slot: Vec<usize>,
-    slots: usize,
-    /// For each float constant, its value: a binary op with one constant operand runs as its own loop.
-    scalar: Vec<Option<f32>>,
-    /// For each instruction, whether anything reads it as a vector (a constant read only as a binary op's constant
-    /// operand is never filled).
-    vector_read: Vec<bool>,
+    /// Registers, pairs and vector reads (see [`Plan`]).
+    plan: Plan,
     /// For each input, whether its windows are prefetched a batch ahead: those too large to stay in the caches.
     prefetch: Vec<bool>,
 }
@@ -161,45 +155,8 @@ impl<'a> Ctx<'a> {
             })
             .collect();
         let word_inputs = k.in_types.iter().map(|d| d.size_in_bytes() == 4).collect();
-        let (slot, slots) = registers(k);
-        let scalar = k
-            .body
-            .iter()
-            .zip(&k.types)
-            .map(|(instr, dt)| match instr {
-                Instr::Scalar(at) if dt.class() == Class::Float => Some(f32::from_bits(k.params[*at])),
-                _ => None,
-            })
-            .collect::<Vec<_>>();
-        let mut vector_read = vec![false; k.body.len()];
-        for &(_, v) in &k.outputs {
-            vector_read[v] = true;
-        }
-        if let Kind::Reduce(r) = k.kind {
-            vector_read[r.value] = true;
-        }
-        for phase in &k.phases {
-            if let Phase::Fold { value, .. } = phase {
-                vector_read[*value] = true;
-            }
-        }
-        for (q, instr) in k.body.iter().enumerate() {
-            match instr {
-                Instr::Binary(op, a, b) if k.types[q].class() == Class::Float && !op.is_compare() => {
-                    // As the Binary arm of `eval` reads them.
-                    match (scalar[*a], scalar[*b]) {
-                        (_, Some(_)) => vector_read[*a] = true,
-                        (Some(_), None) => vector_read[*b] = true,
-                        (None, None) => (vector_read[*a], vector_read[*b]) = (true, true),
-                    }
-                }
-                // A concatenation's parts read what they read through `cat`, as vectors.
-                Instr::Cat { .. } => vector_read.iter_mut().for_each(|v| *v = true),
-                other => operands(other).into_iter().for_each(|o| vector_read[o] = true),
-            }
-        }
         let prefetch = inputs.iter().map(|i| i.len() * 4 >= PREFETCH_BYTES).collect();
-        Ctx { k, inputs, word_inputs, cats, views, slot, slots, scalar, vector_read, prefetch }
+        Ctx { k, inputs, word_inputs, cats, views, plan: Plan::new(k), prefetch }
     }
 
     /// Fills `out[j]` with element `at(j)` of input `n`, as lanes: 32-bit elements are copied, narrower ones
@@ -215,87 +172,10 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// The operands an instruction reads (a concatenation's parts are read inside it).
-fn operands(instr: &Instr) -> SmallVec<[usize; 3]> {
-    match instr {
-        Instr::Unary(_, a) | Instr::Cast(a) => smallvec![*a],
-        Instr::Binary(_, a, b) if a == b => smallvec![*a],
-        Instr::Binary(_, a, b) => smallvec![*a, *b],
-        Instr::Select(c, a, b) => {
-            let mut v: SmallVec<[usize; 3]> = smallvec![*c, *a, *b];
-            v.sort_unstable();
-            v.dedup();
-            v
-        }
-        _ => SmallVec::new(),
-    }
-}
-
-/// Assigns each instruction a register, reusing one once the last instruction reading it has run: a chain of n ops
-/// then keeps a few batch-sized vectors hot in L1 instead of n (chain16 had 27 registers of 4 KiB, past the L1).
-/// Values read after their range is evaluated (outputs, folded values) or from another range, and constants
-/// (filled once per task), keep theirs. Kernels with a concatenation, whose parts are evaluated apart, keep one
-/// register per instruction.
-fn registers(k: &Kernel) -> (Vec<usize>, usize) {
-    let n = k.body.len();
-    if k.body.iter().any(|i| matches!(i, Instr::Cat { .. })) {
-        return ((0..n).collect(), n);
-    }
-    // Which range of the body each instruction is evaluated in (reduce: prologue, epilogue; rows: per phase).
-    let mut range = vec![0usize; n];
-    match k.kind {
-        Kind::Reduce(r) => range[r.prologue..].iter_mut().for_each(|x| *x = 1),
-        Kind::Rows { .. } => {
-            for (p, phase) in k.phases.iter().enumerate() {
-                let (Phase::Fold { body, .. } | Phase::Map { body, .. }) = phase;
-                range[body.clone()].iter_mut().for_each(|x| *x = p + 1);
-            }
-        }
-        _ => {}
-    }
-    let mut pinned = vec![false; n];
-    for &(_, v) in &k.outputs {
-        pinned[v] = true;
-    }
-    if let Kind::Reduce(r) = k.kind {
-        pinned[r.value] = true;
-    }
-    for phase in &k.phases {
-        if let Phase::Fold { value, .. } = phase {
-            pinned[*value] = true;
-        }
-    }
-    let mut last: Vec<Option<usize>> = vec![None; n];
-    for (q, instr) in k.body.iter().enumerate() {
-        pinned[q] |= matches!(instr, Instr::Scalar(_));
-        for o in operands(instr) {
-            last[o] = Some(q);
-            pinned[o] |= range[o] != range[q];
-        }
-    }
-    let (mut slot, mut free, mut count) = (vec![0; n], Vec::new(), 0);
-    for q in 0..n {
-        slot[q] = free.pop().unwrap_or_else(|| {
-            count += 1;
-            count - 1
-        });
-        // Freed after `q` has its register, so an instruction never writes the register it reads.
-        for o in operands(&k.body[q]) {
-            if !pinned[o] && last[o] == Some(q) {
-                free.push(slot[o]);
-            }
-        }
-        if !pinned[q] && last[q].is_none() {
-            free.push(slot[q]);
-        }
-    }
-    (slot, count)
-}
-
 /// Each instruction's values over the current batch: computed into its register, or, for a load at the kernel's
 /// own index over consecutive elements, a window of the input itself (no copy).
 struct Regs {
-    /// Per register (see [`registers`]).
+    /// Per register (see [`Plan`]).
     vals: Vec<Vec<f32>>,
     /// Per instruction.
     window: Vec<Option<(usize, usize)>>,
@@ -305,14 +185,15 @@ struct Regs {
 
 impl Regs {
     fn new(ctx: &Ctx) -> Regs {
-        Regs { vals: vec![Vec::new(); ctx.slots], window: vec![None; ctx.k.body.len()], filled: vec![0; ctx.slots] }
+        let slots = ctx.plan.slots;
+        Regs { vals: vec![Vec::new(); slots], window: vec![None; ctx.k.body.len()], filled: vec![0; slots] }
     }
 
     /// The values of instruction `i` over a batch of `len` elements.
     fn get<'a>(&'a self, ctx: &'a Ctx, i: usize, len: usize) -> &'a [f32] {
         match self.window[i] {
             Some((input, lo)) => &ctx.inputs[input][lo..lo + len],
-            None => &self.vals[ctx.slot[i]],
+            None => &self.vals[ctx.plan.slot[i]],
         }
     }
 }
@@ -340,15 +221,25 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
             }
         }
         regs.window[i] = None;
-        if !ctx.vector_read[i] && matches!(k.body[i], Instr::Scalar(_)) {
+        let skip = match ctx.plan.step[i] {
+            Step::Skip => true,
+            _ => !ctx.plan.vector_read[i] && matches!(k.body[i], Instr::Scalar(_)),
+        };
+        if skip {
             i += 1;
             continue;
         }
         // Every instruction overwrites its register whole, so it is only resized, never cleared.
-        let r = ctx.slot[i];
+        let r = ctx.plan.slot[i];
         let mut out = std::mem::take(&mut regs.vals[r]);
         out.resize(n, 0.0);
         let dt = k.types[i];
+        if let Step::Pair { op1, x, y, op2, s, scalar_left } = ctx.plan.step[i] {
+            simd::pair(op1, op2, regs.get(ctx, x, n), regs.get(ctx, y, n), s, scalar_left, &mut out);
+            regs.vals[r] = out;
+            i += 1;
+            continue;
+        }
         match &k.body[i] {
             Instr::Load { input, view: None, .. } => match &batch.own {
                 Own::From(lo) => ctx.gather(*input, &mut out, |j| lo + j),
@@ -412,7 +303,7 @@ fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
                     }
                 } else {
                     match dt.class() {
-                        Class::Float => match (ctx.scalar[*a], ctx.scalar[*b]) {
+                        Class::Float => match (ctx.plan.scalar[*a], ctx.plan.scalar[*b]) {
                             (_, Some(s)) => simd::binary_scalar(*op, x, s, &mut out),
                             (Some(s), None) => simd::scalar_binary(*op, s, y, &mut out),
                             (None, None) => simd::binary(*op, x, y, &mut out),
@@ -528,9 +419,9 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
                 _ => &[],
             };
             for &o in operands {
-                if o < part.body.start && sub_regs.vals[ctx.slot[o]].is_empty() {
+                if o < part.body.start && sub_regs.vals[ctx.plan.slot[o]].is_empty() {
                     let values = regs.get(ctx, o, batch.len);
-                    sub_regs.vals[ctx.slot[o]] = at.iter().map(|&j| values[j]).collect();
+                    sub_regs.vals[ctx.plan.slot[o]] = at.iter().map(|&j| values[j]).collect();
                 }
             }
         }
@@ -542,7 +433,7 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
         }
     }
     regs.window[q] = None;
-    regs.vals[ctx.slot[q]] = out;
+    regs.vals[ctx.plan.slot[q]] = out;
 }
 
 /// Runs an elementwise kernel.
@@ -771,101 +662,4 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
             }
         },
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::graph::build::{bin, data, fold, scalar, un};
-    use crate::graph::{Graph, NodeId};
-    use crate::op::{BinaryOp, UnaryOp};
-    use crate::schedule::{plan, Options};
-
-    fn kernels(g: &Graph, out: NodeId) -> Vec<Kernel> {
-        plan(g, &[out], &Options { fuse: true, max_bindings: 8, max_ops: 256 }).kernels
-    }
-
-    /// Replays the kernel's ranges in the order the CPU backend evaluates them, tracking which instruction last
-    /// wrote each register, and checks that every read (operands, and the values read after a range) finds its
-    /// own instruction's values there.
-    fn assert_registers_hold(k: &Kernel) {
-        let (slot, count) = registers(k);
-        assert!(slot.iter().all(|&s| s < count));
-        let ranges: Vec<(Range<usize>, Vec<usize>)> = match k.kind {
-            Kind::Reduce(r) => vec![
-                (0..r.prologue, vec![r.value]),
-                (r.prologue..k.body.len(), k.outputs.iter().map(|o| o.1).collect()),
-            ],
-            Kind::Rows { .. } => k
-                .phases
-                .iter()
-                .map(|p| match p {
-                    Phase::Fold { body, value, .. } => (body.clone(), vec![*value]),
-                    Phase::Map { body, outputs } => (body.clone(), outputs.iter().map(|&m| k.outputs[m].1).collect()),
-                })
-                .collect(),
-            _ => vec![(0..k.body.len(), k.outputs.iter().map(|o| o.1).collect())],
-        };
-        let mut owner = vec![usize::MAX; count];
-        for (range, after) in ranges {
-            for q in range {
-                for o in operands(&k.body[q]) {
-                    assert_eq!(owner[slot[o]], o, "instruction {q} reads {o}, clobbered: {:?}", k.body);
-                }
-                owner[slot[q]] = q;
-            }
-            for v in after {
-                assert_eq!(owner[slot[v]], v, "value {v} read after its range, clobbered: {:?}", k.body);
-            }
-        }
-    }
-
-    #[test]
-    fn a_long_chain_reuses_a_few_registers() {
-        let mut g = Graph::default();
-        let (a, b, c) = (data(&mut g, &[4096]), data(&mut g, &[4096]), data(&mut g, &[4096]));
-        let mut x = a;
-        for _ in 0..8 {
-            let s = scalar(&mut g, 1.01);
-            x = bin(&mut g, BinaryOp::Add, x, b);
-            x = bin(&mut g, BinaryOp::Mul, x, s);
-            x = bin(&mut g, BinaryOp::Sub, x, c);
-            x = un(&mut g, UnaryOp::Tanh, x);
-        }
-        let ks = kernels(&g, x);
-        assert_eq!(ks.len(), 1);
-        assert_registers_hold(&ks[0]);
-        let scalars = ks[0].body.iter().filter(|i| matches!(i, Instr::Scalar(_))).count();
-        let (_, count) = registers(&ks[0]);
-        // 3 loads and the chain's value in flight, plus one register per constant.
-        assert!(count <= scalars + 5, "{count} registers for {} instructions", ks[0].body.len());
-    }
-
-    #[test]
-    fn registers_hold_in_reduce_and_rows_kernels() {
-        // Softmax (a rows kernel: max, sum, map), a sum of products with an epilogue (a reduce kernel), and a
-        // column sum read back twice (values pinned across ranges).
-        let mut g = Graph::default();
-        let x = data(&mut g, &[64, 300]);
-        let m = fold(&mut g, ReduceOp::Max, x, 1);
-        let d = bin(&mut g, BinaryOp::Sub, x, m);
-        let e = un(&mut g, UnaryOp::Exp, d);
-        let s = fold(&mut g, ReduceOp::Sum, e, 1);
-        let softmax = bin(&mut g, BinaryOp::Div, e, s);
-        let y = data(&mut g, &[64, 300]);
-        let p = bin(&mut g, BinaryOp::Mul, x, y);
-        let q = un(&mut g, UnaryOp::Sqrt, p);
-        let cols = fold(&mut g, ReduceOp::Sum, q, 0);
-        let half = scalar(&mut g, 0.5);
-        let scaled = bin(&mut g, BinaryOp::Mul, cols, half);
-        let both = un(&mut g, UnaryOp::Exp, scaled);
-        let mut kinds = Vec::new();
-        for out in [softmax, both] {
-            for k in kernels(&g, out) {
-                kinds.push(std::mem::discriminant(&k.kind));
-                assert_registers_hold(&k);
-            }
-        }
-        assert!(kinds.len() >= 2);
-    }
 }

@@ -4,6 +4,7 @@
 mod eval;
 mod math;
 mod matmul;
+mod regs;
 mod simd;
 
 use super::free::{self, FreeList};

@@ -66,6 +66,62 @@ pub fn scalar_binary(op: BinaryOp, s: f32, b: &[f32], out: &mut [f32]) {
     op.scalar_eval_slice(s, b, out)
 }
 
+/// `op2(op1(x, y), s)` (`op2(s, op1(x, y))` where `scalar_left`) into `out`: a pair of ops in one pass.
+pub fn pair(op1: BinaryOp, op2: BinaryOp, x: &[f32], y: &[f32], s: f32, scalar_left: bool, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the processor has AVX2 (checked above).
+        return unsafe { pair_avx2(op1, op2, x, y, s, scalar_left, out) };
+    }
+    pair_generic(op1, op2, x, y, s, scalar_left, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn pair_avx2(op1: BinaryOp, op2: BinaryOp, x: &[f32], y: &[f32], s: f32, scalar_left: bool, out: &mut [f32]) {
+    pair_generic(op1, op2, x, y, s, scalar_left, out)
+}
+
+/// One loop per (op1, op2, side): each op is a constant in its loop, so `eval` folds to its expression and the
+/// loop vectorizes. The values are those of the two ops run one after the other.
+#[inline(always)]
+fn pair_generic(op1: BinaryOp, op2: BinaryOp, x: &[f32], y: &[f32], s: f32, scalar_left: bool, out: &mut [f32]) {
+    macro_rules! both {
+        ($o1:ident, $o2:ident) => {
+            if scalar_left {
+                pair_loop(x, y, out, |a, b| BinaryOp::$o1.eval(a, b), |v| BinaryOp::$o2.eval(s, v))
+            } else {
+                pair_loop(x, y, out, |a, b| BinaryOp::$o1.eval(a, b), |v| BinaryOp::$o2.eval(v, s))
+            }
+        };
+    }
+    macro_rules! inner {
+        ($o1:ident) => {
+            match op2 {
+                BinaryOp::Add => both!($o1, Add),
+                BinaryOp::Sub => both!($o1, Sub),
+                BinaryOp::Mul => both!($o1, Mul),
+                BinaryOp::Div => both!($o1, Div),
+                op2 => unreachable!("{} is not paired", op2.name()),
+            }
+        };
+    }
+    match op1 {
+        BinaryOp::Add => inner!(Add),
+        BinaryOp::Sub => inner!(Sub),
+        BinaryOp::Mul => inner!(Mul),
+        BinaryOp::Div => inner!(Div),
+        op1 => unreachable!("{} is not paired", op1.name()),
+    }
+}
+
+#[inline(always)]
+fn pair_loop(x: &[f32], y: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32, g: impl Fn(f32) -> f32) {
+    for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
+        *o = g(f(a, b));
+    }
+}
+
 /// Folds `values` into 8 running folds, element `j` into `acc[j % 8]`.
 pub fn fold8(op: ReduceOp, values: &[f32], acc: &mut [f32; 8]) {
     #[cfg(target_arch = "x86_64")]

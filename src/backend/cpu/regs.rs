@@ -1,0 +1,352 @@
+//! How a kernel's instructions run over batch registers on the CPU: which binary ops fuse with the constant op
+//! after them into one loop, which register holds each value, and which values are ever read as vectors.
+
+use crate::dtype::Class;
+use crate::kernel::{Instr, Kernel, Kind, Phase};
+use crate::op::BinaryOp;
+use smallvec::{smallvec, SmallVec};
+
+/// How one instruction runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Step {
+    /// Its own loop (or, for a load, a window of the input).
+    Plain,
+    /// Computed inside the pair of the instruction that reads it, never on its own.
+    Skip,
+    /// `op2(op1(x, y), s)` (or `op2(s, op1(x, y))` where `scalar_left`) in one loop, `op1(x, y)` being the
+    /// skipped instruction before it: `(x + b) * 0.5` then costs one pass over the batch, not two.
+    Pair { op1: BinaryOp, x: usize, y: usize, op2: BinaryOp, s: f32, scalar_left: bool },
+}
+
+/// A kernel's instructions laid out over registers, computed once per kernel run.
+pub(super) struct Plan {
+    pub step: Vec<Step>,
+    /// For each instruction, the register holding its values, and how many registers there are.
+    pub slot: Vec<usize>,
+    pub slots: usize,
+    /// For each float constant, its value: a binary op with one constant operand runs as its own loop.
+    pub scalar: Vec<Option<f32>>,
+    /// For each instruction, whether anything reads it as a vector (a constant read only as a binary op's
+    /// constant operand is never filled).
+    pub vector_read: Vec<bool>,
+}
+
+/// The arithmetic a pair fuses: one loop per combination is compiled, so the set stays small.
+fn pairable(op: BinaryOp) -> bool {
+    matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div)
+}
+
+/// The operands an instruction reads (a concatenation's parts are read inside it).
+pub(super) fn operands(instr: &Instr) -> SmallVec<[usize; 3]> {
+    match instr {
+        Instr::Unary(_, a) | Instr::Cast(a) => smallvec![*a],
+        Instr::Binary(_, a, b) if a == b => smallvec![*a],
+        Instr::Binary(_, a, b) => smallvec![*a, *b],
+        Instr::Select(c, a, b) => {
+            let mut v: SmallVec<[usize; 3]> = smallvec![*c, *a, *b];
+            v.sort_unstable();
+            v.dedup();
+            v
+        }
+        _ => SmallVec::new(),
+    }
+}
+
+/// Which range of the body each instruction is evaluated in (reduce: prologue, epilogue; rows: per phase).
+fn ranges(k: &Kernel) -> Vec<usize> {
+    let mut range = vec![0usize; k.body.len()];
+    match k.kind {
+        Kind::Reduce(r) => range[r.prologue..].iter_mut().for_each(|x| *x = 1),
+        Kind::Rows { .. } => {
+            for (p, phase) in k.phases.iter().enumerate() {
+                let (Phase::Fold { body, .. } | Phase::Map { body, .. }) = phase;
+                range[body.clone()].iter_mut().for_each(|x| *x = p + 1);
+            }
+        }
+        _ => {}
+    }
+    range
+}
+
+/// Values read after their range is evaluated: outputs, a reduce kernel's folded value, a fold phase's value.
+fn read_after(k: &Kernel) -> Vec<bool> {
+    let mut after = vec![false; k.body.len()];
+    for &(_, v) in &k.outputs {
+        after[v] = true;
+    }
+    if let Kind::Reduce(r) = k.kind {
+        after[r.value] = true;
+    }
+    for phase in &k.phases {
+        if let Phase::Fold { value, .. } = phase {
+            after[*value] = true;
+        }
+    }
+    after
+}
+
+impl Plan {
+    pub fn new(k: &Kernel) -> Plan {
+        let n = k.body.len();
+        let scalar: Vec<Option<f32>> = k
+            .body
+            .iter()
+            .zip(&k.types)
+            .map(|(instr, dt)| match instr {
+                Instr::Scalar(at) if dt.class() == Class::Float => Some(f32::from_bits(k.params[*at])),
+                _ => None,
+            })
+            .collect();
+        let cat = k.body.iter().any(|i| matches!(i, Instr::Cat { .. }));
+        let mut step = vec![Step::Plain; n];
+        if !cat {
+            pairs(k, &scalar, &mut step);
+        }
+        let mut plan = Plan { step, slot: (0..n).collect(), slots: n, scalar, vector_read: vec![true; n] };
+        // A concatenation's parts are evaluated apart and read what they read as vectors: one register each.
+        if !cat {
+            plan.registers(k);
+            plan.vector_reads(k);
+        }
+        plan
+    }
+
+    /// The instructions `q` reads as its step runs: a pair reads the operands of the op it absorbed.
+    pub fn reads(&self, k: &Kernel, q: usize) -> SmallVec<[usize; 3]> {
+        match self.step[q] {
+            Step::Skip => SmallVec::new(),
+            Step::Pair { x, y, .. } if x == y => smallvec![x],
+            Step::Pair { x, y, .. } => smallvec![x, y],
+            Step::Plain => operands(&k.body[q]),
+        }
+    }
+
+    /// Assigns each instruction a register, reusing one once the last instruction reading it has run: a chain of
+    /// n ops then keeps a few batch-sized vectors hot in L1 instead of n (chain16 had 27 registers of 4 KiB, past
+    /// the L1). Values read after their range or from another range, and constants (filled once per task), keep
+    /// theirs.
+    fn registers(&mut self, k: &Kernel) {
+        let n = k.body.len();
+        let range = ranges(k);
+        let mut pinned = read_after(k);
+        let mut last: Vec<Option<usize>> = vec![None; n];
+        for q in 0..n {
+            pinned[q] |= matches!(k.body[q], Instr::Scalar(_));
+            for o in self.reads(k, q) {
+                last[o] = Some(q);
+                pinned[o] |= range[o] != range[q];
+            }
+        }
+        let (mut free, mut count) = (Vec::new(), 0);
+        for q in 0..n {
+            self.slot[q] = free.pop().unwrap_or_else(|| {
+                count += 1;
+                count - 1
+            });
+            // Freed after `q` has its register, so an instruction never writes the register it reads.
+            for o in self.reads(k, q) {
+                if !pinned[o] && last[o] == Some(q) {
+                    free.push(self.slot[o]);
+                }
+            }
+            if !pinned[q] && last[q].is_none() {
+                free.push(self.slot[q]);
+            }
+        }
+        self.slots = count;
+    }
+
+    /// Which values something reads as a vector, as `eval` reads them.
+    fn vector_reads(&mut self, k: &Kernel) {
+        let mut read = read_after(k);
+        for (q, instr) in k.body.iter().enumerate() {
+            match (self.step[q], instr) {
+                (Step::Skip, _) => {}
+                (Step::Pair { x, y, .. }, _) => (read[x], read[y]) = (true, true),
+                (Step::Plain, Instr::Binary(op, a, b)) if k.types[q].class() == Class::Float && !op.is_compare() => {
+                    match (self.scalar[*a], self.scalar[*b]) {
+                        (_, Some(_)) => read[*a] = true,
+                        (Some(_), None) => read[*b] = true,
+                        (None, None) => (read[*a], read[*b]) = (true, true),
+                    }
+                }
+                (Step::Plain, other) => operands(other).into_iter().for_each(|o| read[o] = true),
+            }
+        }
+        self.vector_read = read;
+    }
+}
+
+/// Marks each float `op2(op1(x, y), s)` whose inner op has no other reader (and is no output) as a pair.
+fn pairs(k: &Kernel, scalar: &[Option<f32>], step: &mut [Step]) {
+    let n = k.body.len();
+    let mut readers = vec![0usize; n];
+    for instr in &k.body {
+        for o in operands(instr) {
+            readers[o] += 1;
+        }
+    }
+    let after = read_after(k);
+    let range = ranges(k);
+    let float = |i: usize| k.types[i].class() == Class::Float;
+    for q in 0..n {
+        let Instr::Binary(op2, a, b) = k.body[q] else { continue };
+        let (p, s, scalar_left) = match (scalar[a], scalar[b]) {
+            (None, Some(s)) => (a, s, false),
+            (Some(s), None) => (b, s, true),
+            _ => continue,
+        };
+        let Instr::Binary(op1, x, y) = k.body[p] else { continue };
+        let plain = |i: usize| scalar[i].is_none();
+        if pairable(op1)
+            && pairable(op2)
+            && float(q)
+            && float(p)
+            && plain(x)
+            && plain(y)
+            && readers[p] == 1
+            && !after[p]
+            && range[p] == range[q]
+            && step[p] == Step::Plain
+        {
+            step[p] = Step::Skip;
+            step[q] = Step::Pair { op1, x, y, op2, s, scalar_left };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::build::{bin, data, fold, scalar, un};
+    use crate::graph::{Graph, NodeId};
+    use crate::op::{ReduceOp, UnaryOp};
+    use crate::schedule::{plan, Options};
+    use std::ops::Range;
+
+    fn kernels(g: &Graph, out: NodeId) -> Vec<Kernel> {
+        plan(g, &[out], &Options { fuse: true, max_bindings: 8, max_ops: 256 }).kernels
+    }
+
+    /// Replays the kernel's ranges in the order the CPU backend evaluates them, tracking which instruction last
+    /// wrote each register, and checks that every read (operands, and the values read after a range) finds its
+    /// own instruction's values there.
+    fn assert_registers_hold(k: &Kernel) {
+        let plan = Plan::new(k);
+        let (slot, count) = (&plan.slot, plan.slots);
+        assert!(slot.iter().all(|&s| s < count));
+        let ranges: Vec<(Range<usize>, Vec<usize>)> = match k.kind {
+            Kind::Reduce(r) => vec![
+                (0..r.prologue, vec![r.value]),
+                (r.prologue..k.body.len(), k.outputs.iter().map(|o| o.1).collect()),
+            ],
+            Kind::Rows { .. } => k
+                .phases
+                .iter()
+                .map(|p| match p {
+                    Phase::Fold { body, value, .. } => (body.clone(), vec![*value]),
+                    Phase::Map { body, outputs } => (body.clone(), outputs.iter().map(|&m| k.outputs[m].1).collect()),
+                })
+                .collect(),
+            _ => vec![(0..k.body.len(), k.outputs.iter().map(|o| o.1).collect())],
+        };
+        let mut owner = vec![usize::MAX; count];
+        for (range, after) in ranges {
+            for q in range {
+                if matches!(plan.step[q], Step::Skip) {
+                    continue;
+                }
+                for o in plan.reads(k, q) {
+                    assert_eq!(owner[slot[o]], o, "instruction {q} reads {o}, clobbered: {:?}", k.body);
+                }
+                owner[slot[q]] = q;
+            }
+            for v in after {
+                assert_eq!(owner[slot[v]], v, "value {v} read after its range, clobbered: {:?}", k.body);
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_chain_reuses_a_few_registers() {
+        let mut g = Graph::default();
+        let (a, b, c) = (data(&mut g, &[4096]), data(&mut g, &[4096]), data(&mut g, &[4096]));
+        let mut x = a;
+        for _ in 0..8 {
+            let s = scalar(&mut g, 1.01);
+            x = bin(&mut g, BinaryOp::Add, x, b);
+            x = bin(&mut g, BinaryOp::Mul, x, s);
+            x = bin(&mut g, BinaryOp::Sub, x, c);
+            x = un(&mut g, UnaryOp::Tanh, x);
+        }
+        let ks = kernels(&g, x);
+        assert_eq!(ks.len(), 1);
+        assert_registers_hold(&ks[0]);
+        let scalars = ks[0].body.iter().filter(|i| matches!(i, Instr::Scalar(_))).count();
+        let count = Plan::new(&ks[0]).slots;
+        // 3 loads and the chain's value in flight, plus one register per constant.
+        assert!(count <= scalars + 5, "{count} registers for {} instructions", ks[0].body.len());
+    }
+
+    #[test]
+    fn a_binary_op_and_the_constant_op_after_it_run_as_one_pair() {
+        // ((a + b) * 5) - c) / 2: two pairs; (a + b) read twice: no pair for it.
+        let mut g = Graph::default();
+        let (a, b, c) = (data(&mut g, &[100]), data(&mut g, &[100]), data(&mut g, &[100]));
+        let (five, two) = (scalar(&mut g, 5.0), scalar(&mut g, 2.0));
+        let x = bin(&mut g, BinaryOp::Add, a, b);
+        let x = bin(&mut g, BinaryOp::Mul, x, five);
+        let x = bin(&mut g, BinaryOp::Sub, x, c);
+        let chain3 = bin(&mut g, BinaryOp::Div, two, x);
+        let k = &kernels(&g, chain3)[0];
+        let plan = Plan::new(k);
+        let pairs: Vec<(BinaryOp, BinaryOp, bool)> = plan
+            .step
+            .iter()
+            .filter_map(|s| match *s {
+                Step::Pair { op1, op2, scalar_left, .. } => Some((op1, op2, scalar_left)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pairs, [(BinaryOp::Add, BinaryOp::Mul, false), (BinaryOp::Sub, BinaryOp::Div, true)]);
+        assert_eq!(plan.step.iter().filter(|s| **s == Step::Skip).count(), 2);
+        assert_registers_hold(k);
+
+        let mut g = Graph::default();
+        let (a, b) = (data(&mut g, &[100]), data(&mut g, &[100]));
+        let five = scalar(&mut g, 5.0);
+        let sum = bin(&mut g, BinaryOp::Add, a, b);
+        let scaled = bin(&mut g, BinaryOp::Mul, sum, five);
+        let both = bin(&mut g, BinaryOp::Add, scaled, sum);
+        let k = &kernels(&g, both)[0];
+        assert!(Plan::new(k).step.iter().all(|s| *s == Step::Plain), "a shared value is computed on its own");
+    }
+
+    #[test]
+    fn registers_hold_in_reduce_and_rows_kernels() {
+        // Softmax (a rows kernel: max, sum, map), a sum of products with an epilogue (a reduce kernel), and a
+        // column sum read back twice (values pinned across ranges).
+        let mut g = Graph::default();
+        let x = data(&mut g, &[64, 300]);
+        let m = fold(&mut g, ReduceOp::Max, x, 1);
+        let d = bin(&mut g, BinaryOp::Sub, x, m);
+        let e = un(&mut g, UnaryOp::Exp, d);
+        let s = fold(&mut g, ReduceOp::Sum, e, 1);
+        let softmax = bin(&mut g, BinaryOp::Div, e, s);
+        let y = data(&mut g, &[64, 300]);
+        let p = bin(&mut g, BinaryOp::Mul, x, y);
+        let q = un(&mut g, UnaryOp::Sqrt, p);
+        let cols = fold(&mut g, ReduceOp::Sum, q, 0);
+        let half = scalar(&mut g, 0.5);
+        let scaled = bin(&mut g, BinaryOp::Mul, cols, half);
+        let both = un(&mut g, UnaryOp::Exp, scaled);
+        let mut kinds = Vec::new();
+        for out in [softmax, both] {
+            for k in kernels(&g, out) {
+                kinds.push(std::mem::discriminant(&k.kind));
+                assert_registers_hold(&k);
+            }
+        }
+        assert!(kinds.len() >= 2);
+    }
+}
