@@ -3,7 +3,7 @@
 
 use super::{lane_type, Builder, Target, WORKGROUP_SIZE};
 use crate::dtype::DType;
-use crate::kernel::{Access, Instr, Kernel, Kind, TILE};
+use crate::kernel::{Access, Instr, Kernel, Kind, Phase, TILE};
 use crate::op::Helper;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -39,7 +39,8 @@ pub(super) struct Emitter<'a> {
     target: Target,
     /// Whether outputs are stored 4 elements (whole words) per thread; otherwise narrow outputs are stored by
     /// atomic read-modify-write of their word, as neighbouring elements belong to other threads.
-    wide_out: bool,
+    /// Per output: whether it is stored 4 elements at a time.
+    wide_out: Vec<bool>,
 }
 
 /// How a buffer of a dtype is bound and addressed.
@@ -102,7 +103,7 @@ impl Emitter<'_> {
     /// `4 e .. 4 e + 4`.
     pub fn store(&mut self, o: usize, e: &str, value: &str) -> String {
         let dt = self.k.out_types[o];
-        let wide = self.wide_out;
+        let wide = self.wide_out[o];
         // Half values are rounded to their type here, once, as they leave the kernel.
         let rounded = self.b.round(dt, value.to_string());
         let value = rounded.as_str();
@@ -304,8 +305,18 @@ impl<'a> Emitter<'a> {
                 cat_starts.entry(parts.first().map_or(q, |p| p.body.start)).or_default().push(q);
             }
         }
-        // Only linear elementwise kernels store 4 at a time; folds, tiles and products store one value per output.
-        let wide_out = k.width == 4 && k.kind == Kind::Elementwise && k.tiles.is_empty();
+        // Linear elementwise kernels and the maps of rows kernels store 4 at a time; folds, tiles and products
+        // store one value per output.
+        let wide_out: Vec<bool> = (0..k.outputs.len())
+            .map(|o| match k.kind {
+                _ if k.width != 4 => false,
+                Kind::Elementwise => k.tiles.is_empty(),
+                Kind::Rows { .. } => {
+                    k.phases.iter().any(|p| matches!(p, Phase::Map { outputs, .. } if outputs.contains(&o)))
+                }
+                _ => false,
+            })
+            .collect();
         let mut e = Emitter {
             k,
             b: Builder::new(k.width),
@@ -313,10 +324,11 @@ impl<'a> Emitter<'a> {
             wide: k.width == 4,
             cat_starts,
             target: *target,
-            wide_out,
+            wide_out: wide_out.clone(),
         };
         e.b.params(k.params.len());
         for (o, &dt) in k.out_types.iter().enumerate() {
+            let wide_out = wide_out[o];
             let elem = match e.storage(dt) {
                 Storage::Word => lane_type(dt, if wide_out { 4 } else { 1 }),
                 Storage::Half if wide_out => "vec4<f16>",

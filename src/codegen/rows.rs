@@ -27,6 +27,9 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.line(1, "let valid = o < p[0];");
     output_coords(&mut e, axis);
     e.line(1, &format!("let n = select(0u, {}, valid);", dim(axis)));
+    // Wide (the row a whole number of vectors, every read allowing it): each step takes 4 adjacent elements.
+    let wide = e.wide;
+    let end = if wide { "n / 4u" } else { "n" };
     // Folds are numbered among folds (as `Instr::Folded` counts them), not among phases.
     let mut n = 0;
     for phase in &k.phases {
@@ -37,7 +40,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
                 let ty = lane_type(dt.lanes(), 1);
                 e.line(1, &format!("var f{n}: {ty};"));
                 e.line(1, "{");
-                accumulate(&mut e, &fold, "lane_t", "team", "n", 2);
+                accumulate(&mut e, &fold, "lane_t", "team", end, 2);
                 tree(&mut e, *op, dt, target.subgroups, 2);
                 e.line(2, &format!("f{n} = bitcast<{ty}>(red[root]);"));
                 if let Some(out) = output {
@@ -47,12 +50,20 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
                 // Before the next fold writes `red` again.
                 e.line(2, "workgroupBarrier();");
                 e.line(1, "}");
+                // `accumulate` left the emitter scalar for the fold's result; the next phase is wide again.
+                if wide {
+                    e.wide = true;
+                    e.b.set_width(4);
+                }
                 n += 1;
             }
             Phase::Map { body, outputs } => {
-                e.line(1, "for (var r = lane_t; r < n; r = r + team) {");
-                e.line(2, &format!("let c{axis} = i32(r);"));
+                e.line(1, &format!("for (var r = lane_t; r < {end}; r = r + team) {{"));
+                let first = if wide { "4u * r" } else { "r" };
+                e.line(2, &format!("let c{axis} = i32({first});"));
                 let ix = row_major(rank, &dim, |d| format!("u32(c{d})"));
+                // In vectors when wide: loads and stores at the kernel's own index take 4 elements from there.
+                let ix = if wide { format!("({ix}) / 4u") } else { ix };
                 e.line(2, &format!("let i = {ix};"));
                 e.range(body.clone(), 2);
                 for &out in outputs {

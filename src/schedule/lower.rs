@@ -464,7 +464,8 @@ impl<'a> Lowerer<'a> {
 
 impl Lowerer<'_> {
     /// Folds 4 adjacent elements at a time in a reduce kernel whose folded axis is the innermost, as long as every
-    /// read of the prologue (instructions `..prologue`) allows it; the epilogue stays scalar.
+    /// read of the prologue (instructions `..prologue`) allows it; the epilogue stays scalar. A rows kernel passes
+    /// its whole body: every phase, folds and maps, then steps through the row 4 elements at a time.
     pub fn vectorize_fold(&mut self, prologue: usize, axis: usize) {
         let k = &mut self.k;
         let rank = k.shape.ndim();

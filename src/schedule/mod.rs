@@ -192,7 +192,7 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
 mod tests {
     use super::*;
     use crate::dtype::DType;
-    use crate::graph::build::{bin, data, scalar};
+    use crate::graph::build::{bin, data, fold, scalar, un};
     use crate::kernel::Instr;
     use crate::op::{BinaryOp, UnaryOp};
     use crate::shape::Shape;
@@ -406,5 +406,25 @@ mod tests {
         let p = plan(&g, &[c], &FUSE);
         assert!(p.kernels.is_empty());
         assert!(p.empty.contains(&c) && p.empty.contains(&a));
+    }
+
+    #[test]
+    fn rows_kernels_step_by_vectors_where_the_row_allows() {
+        let softmax = |cols: usize| {
+            let mut g = Graph::default();
+            let x = data(&mut g, &[8, cols]);
+            let m = fold(&mut g, crate::op::ReduceOp::Max, x, 1);
+            let d = bin(&mut g, BinaryOp::Sub, x, m);
+            let e = un(&mut g, UnaryOp::Exp, d);
+            let sum = fold(&mut g, crate::op::ReduceOp::Sum, e, 1);
+            let out = bin(&mut g, BinaryOp::Div, e, sum);
+            let p = plan(&g, &[out], &FUSE);
+            assert_eq!(p.kernels.len(), 1);
+            assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { .. }));
+            p.kernels[0].width
+        };
+        assert_eq!(softmax(256), 4, "a row of whole vectors");
+        assert_eq!(softmax(258), 1, "not a multiple of 4");
+        assert_eq!(softmax(32), 1, "too short to gain");
     }
 }

@@ -163,5 +163,8 @@ pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
             l.k.phases.push(Phase::Map { body: lo..l.k.body.len(), outputs });
         }
     }
+    // Every phase reads the row 4 elements at a time where the row and its reads allow.
+    let len = l.k.body.len();
+    l.vectorize_fold(len, axis);
     Ok(l.k)
 }
