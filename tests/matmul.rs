@@ -84,6 +84,19 @@ fn random_shapes_match_the_reference() {
 }
 
 #[test]
+fn constant_and_computed_operands() {
+    // An operand that is a constant (never a buffer) or an expression is computed inside the product's kernel.
+    for dev in devices() {
+        let mut rng = Rng::new(31);
+        let b = rand(&dev, &mut rng, &[40, 24]);
+        check(&Tensor::ones_on([17, 40], &dev).matmul(&b), 40, "ones @ b");
+        check(&b.t().matmul(&Tensor::full_on([40, 5], 0.5, &dev)), 40, "b^T @ full(0.5)");
+        let a = rand(&dev, &mut rng, &[17, 40]);
+        check(&(&a * 2.0 + 1.0).exp().matmul(&(&b - 0.5)), 40, "exp(2a + 1) @ (b - 0.5)");
+    }
+}
+
+#[test]
 fn operands_are_read_through_their_views() {
     for dev in devices() {
         let mut rng = Rng::new(2);

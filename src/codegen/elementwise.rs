@@ -37,9 +37,8 @@ pub(super) struct Emitter<'a> {
     /// Cats by the index their parts' instructions start at.
     cat_starts: HashMap<usize, Vec<usize>>,
     target: Target,
-    /// Whether outputs are stored 4 elements (whole words) per thread; otherwise narrow outputs are stored by
-    /// atomic read-modify-write of their word, as neighbouring elements belong to other threads.
-    /// Per output: whether it is stored 4 elements at a time.
+    /// Per output: whether it is stored 4 elements (whole words) per thread; otherwise a narrow output is stored
+    /// by atomic read-modify-write of its word, as neighbouring elements belong to other threads.
     wide_out: Vec<bool>,
 }
 

@@ -1,18 +1,18 @@
-//! Running kernel IR on the CPU: each instruction over a batch of a few hundred elements at a time (loops the
-//! compiler vectorizes, no temporaries of the tensor's size), batches in parallel on rayon.
+//! Running kernel IR on the CPU: each instruction over a batch of elements at a time, batches in parallel on rayon.
+
+// Batch-sized loops the compiler vectorizes, and no temporaries of the tensor's size.
 
 use super::regs::{Plan, Step};
 use super::simd;
 use crate::dtype::{Class, DType};
-use crate::kernel::{Access, Instr, Kernel, Kind, Phase};
-use crate::op::{IntBits, IntLane, ReduceOp};
+use crate::kernel::{Access, Instr, Kernel};
 use bytemuck::{cast_slice, cast_slice_mut};
 use rayon::prelude::*;
 use std::ops::Range;
 
 /// Elements each instruction is applied to at once: a few kilobytes per register, so a kernel's registers stay in
 /// the L1 and L2 caches while streams from memory stay long enough to prefetch (1024 measured best of 256-2048).
-const BATCH: usize = 1024;
+pub(super) const BATCH: usize = 1024;
 /// Outputs of at least this many bytes are written with non-temporal stores ([`simd::stream`]): they would not
 /// stay in the cache anyway.
 const STREAM_BYTES: usize = 8 << 20;
@@ -30,7 +30,7 @@ pub(super) fn tasks(n: usize, f: impl Fn(usize) + Send + Sync) {
 
 /// [`tasks`] with a state made by `init` for each worker (not each task): registers are allocated, and constants
 /// filled, once per thread rather than once per task.
-fn tasks_with<S>(n: usize, init: impl Fn() -> S + Send + Sync, f: impl Fn(&mut S, usize) + Send + Sync) {
+pub(super) fn tasks_with<S>(n: usize, init: impl Fn() -> S + Send + Sync, f: impl Fn(&mut S, usize) + Send + Sync) {
     if rayon::current_thread_index().is_some() {
         let mut state = init();
         (0..n).for_each(|t| f(&mut state, t));
@@ -54,7 +54,7 @@ impl Out {
 }
 
 /// Where a batch's elements are at the kernel's own index.
-enum Own {
+pub(super) enum Own {
     /// Consecutive, from this index.
     From(usize),
     /// At these indices.
@@ -62,14 +62,14 @@ enum Own {
 }
 
 /// A batch of elements: their coordinates (per axis, one per element) and own indices.
-struct Batch {
-    len: usize,
-    own: Own,
-    coords: Vec<Vec<i64>>,
+pub(super) struct Batch {
+    pub(super) len: usize,
+    pub(super) own: Own,
+    pub(super) coords: Vec<Vec<i64>>,
     /// In a reduce kernel's epilogue: each element's folded value.
-    folded: Vec<f32>,
+    pub(super) folded: Vec<f32>,
     /// In a rows kernel: the row's folds so far.
-    folds: Vec<f32>,
+    pub(super) folds: Vec<f32>,
 }
 
 impl Batch {
@@ -120,7 +120,7 @@ pub(super) fn param(k: &Kernel, at: usize) -> i64 {
 }
 
 /// A kernel being run: its IR, its inputs (words, as stored), and where each concatenation's parts start.
-struct Ctx<'a> {
+pub(super) struct Ctx<'a> {
     k: &'a Kernel,
     inputs: &'a [&'a [f32]],
     /// Inputs whose elements are 32-bit words, read in place; narrower ones are widened to lanes as they load.
@@ -136,7 +136,7 @@ struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    fn new(k: &'a Kernel, inputs: &'a [&'a [f32]]) -> Ctx<'a> {
+    pub(super) fn new(k: &'a Kernel, inputs: &'a [&'a [f32]]) -> Ctx<'a> {
         let mut cats = vec![Vec::new(); k.body.len() + 1];
         for (q, instr) in k.body.iter().enumerate() {
             if let Instr::Cat { parts, .. } = instr {
@@ -174,7 +174,7 @@ impl<'a> Ctx<'a> {
 
 /// Each instruction's values over the current batch: computed into its register, or, for a load at the kernel's
 /// own index over consecutive elements, a window of the input itself (no copy).
-struct Regs {
+pub(super) struct Regs {
     /// Per register (see [`Plan`]).
     vals: Vec<Vec<f32>>,
     /// Per instruction.
@@ -184,13 +184,13 @@ struct Regs {
 }
 
 impl Regs {
-    fn new(ctx: &Ctx) -> Regs {
+    pub(super) fn new(ctx: &Ctx) -> Regs {
         let slots = ctx.plan.slots;
         Regs { vals: vec![Vec::new(); slots], window: vec![None; ctx.k.body.len()], filled: vec![0; slots] }
     }
 
     /// The values of instruction `i` over a batch of `len` elements.
-    fn get<'a>(&'a self, ctx: &'a Ctx, i: usize, len: usize) -> &'a [f32] {
+    pub(super) fn get<'a>(&'a self, ctx: &'a Ctx, i: usize, len: usize) -> &'a [f32] {
         match self.window[i] {
             Some((input, lo)) => &ctx.inputs[input][lo..lo + len],
             None => &self.vals[ctx.plan.slot[i]],
@@ -199,7 +199,7 @@ impl Regs {
 }
 
 /// Evaluates instructions `range` over `batch`, each into `regs`.
-fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
+pub(super) fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Regs) {
     let k = ctx.k;
     let n = batch.len;
     let mut i = range.start;
@@ -358,7 +358,7 @@ fn view_index(coords: &[Vec<i64>], j: usize, strides: &[i64], offset: i64) -> us
 }
 
 /// Whether an instruction reads the batch's coordinates.
-fn needs_coords(i: &Instr) -> bool {
+pub(super) fn needs_coords(i: &Instr) -> bool {
     matches!(i, Instr::Load { view: Some(_), .. } | Instr::Index { view: Some(_) } | Instr::Cat { .. })
 }
 
@@ -366,7 +366,7 @@ fn needs_coords(i: &Instr) -> bool {
 ///
 /// # Safety
 /// The elements must be inside the buffer and written by no other thread at the same time.
-unsafe fn store(out: Out, dt: DType, at: usize, lanes: &[f32]) {
+pub(super) unsafe fn store(out: Out, dt: DType, at: usize, lanes: &[f32]) {
     match dt.size_in_bytes() {
         4 => std::ptr::copy_nonoverlapping(lanes.as_ptr(), out.at(at), lanes.len()),
         2 => {
@@ -485,180 +485,6 @@ pub(super) fn map(
             }
             if stream {
                 simd::stream_fence();
-            }
-        },
-    );
-}
-
-/// `values` (lanes of `dt`, accumulating in its lanes) folded with `op`. Floats: 8 interleaved running folds
-/// (element `j` into fold `j % 8`, which the compiler vectorizes), then the 8 pairwise: the order depends on the
-/// length alone. Integers fold in order (their folds are associative).
-fn tree(op: ReduceOp, dt: DType, values: &[f32]) -> f32 {
-    match dt.class() {
-        Class::Float => {
-            let mut acc = [op.identity(); 8];
-            simd::fold8(op, values, &mut acc);
-            let f = op.combine();
-            let (a, b) = (
-                f.eval(f.eval(acc[0], acc[4]), f.eval(acc[2], acc[6])),
-                f.eval(f.eval(acc[1], acc[5]), f.eval(acc[3], acc[7])),
-            );
-            f.eval(a, b)
-        }
-        Class::Int => f32::from_bits(int_fold::<i32>(op, dt, cast_slice(values)) as u32),
-        Class::Uint | Class::Bool => f32::from_bits(int_fold::<u32>(op, dt, cast_slice(values))),
-    }
-}
-
-/// An integer fold, one loop per op so each vectorizes.
-fn int_fold<T: IntLane + IntBits + bytemuck::Pod>(op: ReduceOp, dt: DType, values: &[T]) -> T {
-    let bits = |t: T| t.to_u32();
-    let id = T::from_u32(op.identity_lane(dt));
-    match op {
-        ReduceOp::Sum => values.iter().fold(id, |a, &x| T::from_u32(bits(a).wrapping_add(bits(x)))),
-        ReduceOp::Prod => values.iter().fold(id, |a, &x| T::from_u32(bits(a).wrapping_mul(bits(x)))),
-        ReduceOp::Max => values.iter().fold(id, |a, &x| a.max(x)),
-        ReduceOp::Min => values.iter().fold(id, |a, &x| a.min(x)),
-    }
-}
-
-/// Combines two partial folds (lanes of `dt`).
-fn combine(op: ReduceOp, dt: DType, a: f32, b: f32) -> f32 {
-    f32::from_bits(op.combine().eval_lane(dt, a.to_bits(), b.to_bits()))
-}
-
-/// Runs a reduce kernel: each (block of outputs, chunk of the axis) is one parallel task; each output folds its
-/// chunk batch by batch, each batch as a tree.
-pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
-    let Kind::Reduce(r) = k.kind else { unreachable!("a reduce kernel") };
-    let ctx = Ctx::new(k, inputs);
-    let dims = k.shape.dims().to_vec();
-    let n = dims[r.axis];
-    let out_count = k.params[0] as usize;
-    let chunks = k.params[r.chunks_at] as usize;
-    let len = n.div_ceil(chunks.max(1));
-    let blocks = out_count.div_ceil(BATCH);
-    let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
-    let mut out_dims = dims.clone();
-    out_dims[r.axis] = 1;
-    let strided = k.body[..r.prologue].iter().any(needs_coords);
-    let lanes = k.types[r.value].lanes();
-    tasks_with(
-        blocks * chunks,
-        || Regs::new(&ctx),
-        |regs, t| {
-            let (b, j) = (t / chunks, t % chunks);
-            let block = b * BATCH..out_count.min((b + 1) * BATCH);
-            let (lo, hi) = (j * len, n.min(j * len + len));
-            let mut folded = Vec::with_capacity(block.len());
-            for o in block.clone() {
-                let base = unravel(o, &out_dims);
-                let mut acc = f32::from_bits(r.op.identity_lane(lanes));
-                for s in (lo..hi).step_by(BATCH) {
-                    let e = hi.min(s + BATCH);
-                    let batch = along_axis(&dims, r.axis, r.rows, &base, s..e, strided);
-                    eval(&ctx, 0..r.prologue, &batch, regs);
-                    acc = combine(r.op, lanes, acc, tree(r.op, lanes, regs.get(&ctx, r.value, e - s)));
-                }
-                folded.push(acc);
-            }
-            if r.partial {
-                let mut part_dims = out_dims.clone();
-                part_dims[r.axis] = chunks;
-                for (o, &v) in block.clone().zip(&folded) {
-                    let mut c = unravel(o, &out_dims);
-                    c[r.axis] = j as i64;
-                    let at = c.iter().zip(&part_dims).fold(0usize, |a, (&c, &d)| a * d + c as usize);
-                    // SAFETY: each (output, chunk) pair is written by exactly one task.
-                    unsafe { store(outs[0], k.out_types[0], at, &[v]) };
-                }
-                return;
-            }
-            let coords = (0..dims.len())
-                .map(|d| block.clone().map(|o| if d == r.axis { 0 } else { unravel(o, &out_dims)[d] }).collect())
-                .collect();
-            let batch = Batch { len: block.len(), own: Own::From(block.start), coords, folded, folds: Vec::new() };
-            eval(&ctx, r.prologue..k.body.len(), &batch, regs);
-            for ((o, &(_, v)), &dt) in outs.iter().zip(&k.outputs).zip(&k.out_types) {
-                // SAFETY: blocks of outputs are disjoint between tasks (a final fold has one chunk). Narrow outputs:
-                // blocks are whole multiples of 4 elements, so no two tasks share a word.
-                unsafe { store(*o, dt, block.start, regs.get(&ctx, v, block.len())) };
-            }
-        },
-    );
-}
-
-/// The elements `range` along the folded axis at the output whose coordinates are `base`. Coordinates are made
-/// only when the prologue reads through a view (`coords`); when the folded elements are adjacent they are a window
-/// of the inputs.
-fn along_axis(dims: &[usize], axis: usize, rows: bool, base: &[i64], range: Range<usize>, coords: bool) -> Batch {
-    let len = range.len();
-    let linear = |c: &dyn Fn(usize) -> i64| (0..dims.len()).fold(0usize, |a, d| a * dims[d] + c(d) as usize);
-    let first = linear(&|d| if d == axis { range.start as i64 } else { base[d] });
-    let own = if rows {
-        Own::From(first)
-    } else {
-        let stride: usize = dims[axis + 1..].iter().product();
-        Own::At((0..len).map(|j| first + j * stride).collect())
-    };
-    let coords = if coords {
-        (0..dims.len())
-            .map(|d| if d == axis { range.clone().map(|x| x as i64).collect() } else { vec![base[d]; len] })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    Batch { len, own, coords, folded: Vec::new(), folds: Vec::new() }
-}
-
-/// Runs a rows kernel: each row is one parallel task running the phases in order, each over the row in batches.
-pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
-    let Kind::Rows { axis, .. } = k.kind else { unreachable!("a rows kernel") };
-    let ctx = Ctx::new(k, inputs);
-    let dims = k.shape.dims().to_vec();
-    let n = dims[axis];
-    let mut out_dims = dims.clone();
-    out_dims[axis] = 1;
-    let strided = k.body.iter().any(needs_coords);
-    let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
-    tasks_with(
-        k.params[0] as usize,
-        || Regs::new(&ctx),
-        |regs, o| {
-            let base = unravel(o, &out_dims);
-            let mut folds: Vec<f32> = Vec::new();
-            for phase in &k.phases {
-                let mut acc = None;
-                for s in (0..n).step_by(BATCH) {
-                    let e = n.min(s + BATCH);
-                    let mut batch = along_axis(&dims, axis, true, &base, s..e, strided);
-                    batch.folds.clone_from(&folds);
-                    match phase {
-                        Phase::Fold { op, body, value, .. } => {
-                            eval(&ctx, body.clone(), &batch, regs);
-                            let lanes = k.types[*value].lanes();
-                            let a = acc.unwrap_or(f32::from_bits(op.identity_lane(lanes)));
-                            acc = Some(combine(*op, lanes, a, tree(*op, lanes, regs.get(&ctx, *value, e - s))));
-                        }
-                        Phase::Map { body, outputs } => {
-                            eval(&ctx, body.clone(), &batch, regs);
-                            for &m in outputs {
-                                // SAFETY: each row's elements are written by its own task only.
-                                unsafe {
-                                    store(outs[m], k.out_types[m], o * n + s, regs.get(&ctx, k.outputs[m].1, e - s))
-                                };
-                            }
-                        }
-                    }
-                }
-                if let Phase::Fold { op, output, value, .. } = phase {
-                    let v = acc.unwrap_or(f32::from_bits(op.identity_lane(k.types[*value].lanes())));
-                    folds.push(v);
-                    if let Some(m) = output {
-                        // SAFETY: as above; a row's fold is at the row's index.
-                        unsafe { store(outs[*m], k.out_types[*m], o, &[v]) };
-                    }
-                }
             }
         },
     );

@@ -2,6 +2,7 @@
 //! of the same IR run on rayon's threads.
 
 mod eval;
+mod folds;
 mod math;
 mod matmul;
 mod regs;
@@ -143,8 +144,8 @@ impl Backend for CpuBackend {
                     let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
                     match kernel.kind {
                         Kind::Elementwise => eval::elementwise(kernel, &inputs, &mut views),
-                        Kind::Reduce(_) => eval::reduce(kernel, &inputs, &mut views),
-                        Kind::Rows { .. } => eval::rows(kernel, &inputs, &mut views),
+                        Kind::Reduce(_) => folds::reduce(kernel, &inputs, &mut views),
+                        Kind::Rows { .. } => folds::rows(kernel, &inputs, &mut views),
                         Kind::Matmul(_) => matmul::matmul(kernel, &inputs, &mut views),
                     }
                 }

@@ -1,5 +1,4 @@
-//! How a kernel's instructions run over batch registers on the CPU: which binary ops fuse with the constant op
-//! after them into one loop, which register holds each value, and which values are ever read as vectors.
+//! How a kernel's instructions map onto the CPU backend's batch registers: pairs, register reuse, vector reads.
 
 use crate::dtype::Class;
 use crate::kernel::{Instr, Kernel, Kind, Phase};
@@ -57,6 +56,11 @@ fn ranges(k: &Kernel) -> Vec<usize> {
     let mut range = vec![0usize; k.body.len()];
     match k.kind {
         Kind::Reduce(r) => range[r.prologue..].iter_mut().for_each(|x| *x = 1),
+        // Operand A, operand B and the epilogue are evaluated apart.
+        Kind::Matmul(mm) => {
+            range[mm.a_end..mm.b_end].iter_mut().for_each(|x| *x = 1);
+            range[mm.b_end..].iter_mut().for_each(|x| *x = 2);
+        }
         Kind::Rows { .. } => {
             for (p, phase) in k.phases.iter().enumerate() {
                 let (Phase::Fold { body, .. } | Phase::Map { body, .. }) = phase;
@@ -68,14 +72,17 @@ fn ranges(k: &Kernel) -> Vec<usize> {
     range
 }
 
-/// Values read after their range is evaluated: outputs, a reduce kernel's folded value, a fold phase's value.
+/// Values read after their range is evaluated: outputs, a reduce kernel's folded value, a matmul's operands, a
+/// fold phase's value.
 fn read_after(k: &Kernel) -> Vec<bool> {
     let mut after = vec![false; k.body.len()];
     for &(_, v) in &k.outputs {
         after[v] = true;
     }
-    if let Kind::Reduce(r) = k.kind {
-        after[r.value] = true;
+    match k.kind {
+        Kind::Reduce(r) => after[r.value] = true,
+        Kind::Matmul(mm) => (after[mm.a], after[mm.b]) = (true, true),
+        _ => {}
     }
     for phase in &k.phases {
         if let Phase::Fold { value, .. } = phase {
@@ -218,10 +225,12 @@ fn pairs(k: &Kernel, scalar: &[Option<f32>], step: &mut [Step]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::DType;
     use crate::graph::build::{bin, data, fold, scalar, un};
-    use crate::graph::{Graph, NodeId};
+    use crate::graph::{Graph, NodeId, Op};
     use crate::op::{ReduceOp, UnaryOp};
     use crate::schedule::{plan, Options};
+    use crate::shape::Shape;
     use std::ops::Range;
 
     fn kernels(g: &Graph, out: NodeId) -> Vec<Kernel> {
@@ -239,6 +248,11 @@ mod tests {
             Kind::Reduce(r) => vec![
                 (0..r.prologue, vec![r.value]),
                 (r.prologue..k.body.len(), k.outputs.iter().map(|o| o.1).collect()),
+            ],
+            Kind::Matmul(mm) => vec![
+                (0..mm.a_end, vec![mm.a]),
+                (mm.a_end..mm.b_end, vec![mm.b]),
+                (mm.b_end..k.body.len(), k.outputs.iter().map(|o| o.1).collect()),
             ],
             Kind::Rows { .. } => k
                 .phases
@@ -263,6 +277,7 @@ mod tests {
             }
             for v in after {
                 assert_eq!(owner[slot[v]], v, "value {v} read after its range, clobbered: {:?}", k.body);
+                assert!(plan.vector_read[v], "value {v} read after its range is never computed: {:?}", k.body);
             }
         }
     }
@@ -340,13 +355,20 @@ mod tests {
         let half = scalar(&mut g, 0.5);
         let scaled = bin(&mut g, BinaryOp::Mul, cols, half);
         let both = un(&mut g, UnaryOp::Exp, scaled);
+        // A product of a constant and an expression, with an epilogue.
+        let ones = g.add(Op::Const(1f32.to_bits()), Shape::from([5, 300]), DType::F32);
+        let tv = crate::view::View::contiguous(&Shape::from([64, 300])).permute(&[1, 0]);
+        let t = g.add(Op::View(tv, y), Shape::from([300, 64]), DType::F32);
+        let t = un(&mut g, UnaryOp::Exp, t);
+        let prod = g.add(Op::Matmul(ones, t), Shape::from([5, 64]), DType::F32);
+        let relu = un(&mut g, UnaryOp::Relu, prod);
         let mut kinds = Vec::new();
-        for out in [softmax, both] {
+        for out in [softmax, both, relu] {
             for k in kernels(&g, out) {
                 kinds.push(std::mem::discriminant(&k.kind));
                 assert_registers_hold(&k);
             }
         }
-        assert!(kinds.len() >= 2);
+        assert!(kinds.len() >= 3);
     }
 }

@@ -34,9 +34,9 @@ impl BindGroups {
         }
     }
 
-    /// Empties the cache (a buffer it may hold was let go outside the pool).
-    pub fn clear(&mut self) {
-        self.groups.clear();
+    /// Drops the groups that bind `buffer` (let go outside the pool), so the cache does not keep it alive.
+    pub fn forget(&mut self, buffer: &wgpu::Buffer) {
+        self.groups.retain(|key, _| key.ranges.iter().all(|(b, _, _)| b != buffer));
     }
 
     /// The bind group of `pipeline` over `ranges` (binding `i` is `ranges[i]`), created on first use.

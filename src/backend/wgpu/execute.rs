@@ -54,9 +54,9 @@ impl WgpuBackend {
             params.extend_from_slice(&k.params);
         }
         let param_buf = (!params.is_empty()).then(|| {
-            let (buffer, evicted) = st.params.get(&gpu.device, &gpu.queue, &params, stats);
-            if evicted {
-                st.bind_groups.clear();
+            let (buffer, dropped) = st.params.get(&gpu.device, &gpu.queue, &params, stats);
+            if let Some(dropped) = dropped {
+                st.bind_groups.forget(&dropped);
             }
             buffer
         });
@@ -157,6 +157,9 @@ impl WgpuBackend {
                 "lazor: wgpu phases: error scopes popped in {:.1} us",
                 (t0.elapsed() - t_pop).as_secs_f64() * 1e6
             );
+        }
+        if outcome.is_err() {
+            st.params.forget(&params);
         }
         let kept: Vec<BufferKey> = match outcome {
             Ok(()) => job.keep.iter().map(|&s| keys[s].take().expect("kept buffers exist")).collect(),
