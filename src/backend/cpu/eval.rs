@@ -270,9 +270,7 @@ pub(super) fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Reg
             }
             Instr::Select(c, a, b) => {
                 let (c, a, b) = (regs.get(ctx, *c, n), regs.get(ctx, *a, n), regs.get(ctx, *b, n));
-                for (j, o) in out.iter_mut().enumerate() {
-                    *o = if c[j].to_bits() != 0 { a[j] } else { b[j] };
-                }
+                simd::select(c, a, b, &mut out);
             }
             // The same value for every batch of a task: filled when the batch length changes, not per batch.
             Instr::Scalar(at) => {
@@ -297,7 +295,7 @@ pub(super) fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Reg
                 if op.is_compare() {
                     let o: &mut [u32] = cast_slice_mut(&mut out);
                     match operands.class() {
-                        Class::Float => op.compare_slice(x, y, o),
+                        Class::Float => simd::compare(*op, x, y, o),
                         Class::Int => op.compare_slice::<i32>(cast_slice(x), cast_slice(y), o),
                         Class::Uint | Class::Bool => op.compare_slice::<u32>(cast_slice(x), cast_slice(y), o),
                     }

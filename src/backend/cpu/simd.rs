@@ -125,6 +125,46 @@ fn pair_loop(x: &[f32], y: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32,
     }
 }
 
+/// The comparison `op` of float lanes `a` and `b` as 0/1 lanes into `out`.
+pub fn compare(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the processor has AVX2 (checked above).
+        return unsafe { compare_avx2(op, a, b, out) };
+    }
+    op.compare_slice(a, b, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn compare_avx2(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [u32]) {
+    op.compare_slice(a, b, out)
+}
+
+/// Per element, `a` where the bool lane `c` is set, else `b` (lanes of any type, moved as bits).
+pub fn select(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the processor has AVX2 (checked above).
+        return unsafe { select_avx2(c, a, b, out) };
+    }
+    select_generic(c, a, b, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn select_avx2(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
+    select_generic(c, a, b, out)
+}
+
+/// Zipped, not indexed, so there are no bounds checks and the loop becomes blends.
+#[inline(always)]
+fn select_generic(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
+    for (((o, &c), &a), &b) in out.iter_mut().zip(c).zip(a).zip(b) {
+        *o = if c.to_bits() != 0 { a } else { b };
+    }
+}
+
 /// Folds `values` into 8 running folds, element `j` into `acc[j % 8]`.
 pub fn fold8(op: ReduceOp, values: &[f32], acc: &mut [f32; 8]) {
     #[cfg(target_arch = "x86_64")]
