@@ -89,6 +89,38 @@ fn an_op_and_a_constant_op_after_it_match_the_reference() {
 }
 
 #[test]
+fn an_activation_of_an_op_matches_unfused_and_the_reference() {
+    // The CPU backend runs `u(a op b)` as one loop: its bits must be those of the two ops run apart.
+    let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+    let acts = [UnaryOp::Exp, UnaryOp::Sqrt, UnaryOp::Relu, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Abs];
+    for dev in devices() {
+        let mut rng = Rng::new(22);
+        let n = 3000;
+        let a = Tensor::from_vec_on(rng.vec(n, -3.0, 3.0), [n], &dev);
+        let b = Tensor::from_vec_on(rng.vec(n, 0.5, 3.0), [n], &dev);
+        let k = Tensor::scalar_on(0.7, &dev);
+        for u in acts {
+            for op in ops {
+                for (x, y, form) in [(&a, &b, "a, b"), (&a, &k, "a, 0.7"), (&k, &a, "0.7, a")] {
+                    let t = apply_unary(&apply_binary(x, y, op), u);
+                    let what = format!("{}({}({form}))", u.name(), op.name());
+                    let (rel, abs) = tolerance_unary(u);
+                    let fused = check(&t, rel.max(1e-5), abs.max(1e-5), &what);
+                    if dev.is_cpu() {
+                        dev.set_fusion(false);
+                        let apart = apply_unary(&apply_binary(x, y, op), u).to_vec();
+                        dev.set_fusion(true);
+                        for (i, (f, p)) in fused.iter().zip(&apart).enumerate() {
+                            assert_eq!(f.to_bits(), p.to_bits(), "{what}: element {i}: fused {f}, apart {p}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn binary_ops_match_the_reference_on_broadcast_shapes() {
     for dev in devices() {
         let mut rng = Rng::new(12);

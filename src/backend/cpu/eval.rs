@@ -234,11 +234,24 @@ pub(super) fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Reg
         let mut out = std::mem::take(&mut regs.vals[r]);
         out.resize(n, 0.0);
         let dt = k.types[i];
-        if let Step::Pair { op1, x, y, op2, s, scalar_left } = ctx.plan.step[i] {
-            simd::pair(op1, op2, regs.get(ctx, x, n), regs.get(ctx, y, n), s, scalar_left, &mut out);
-            regs.vals[r] = out;
-            i += 1;
-            continue;
+        match ctx.plan.step[i] {
+            Step::Pair { op1, x, y, op2, s, scalar_left } => {
+                simd::pair(op1, op2, regs.get(ctx, x, n), regs.get(ctx, y, n), s, scalar_left, &mut out);
+                regs.vals[r] = out;
+                i += 1;
+                continue;
+            }
+            Step::Mapped { u, op1, x, y, cx, cy } => {
+                let src = |v: usize, c: Option<f32>| match c {
+                    Some(c) => simd::Src::Const(c),
+                    None => simd::Src::Slice(regs.get(ctx, v, n)),
+                };
+                simd::mapped(u, op1, src(x, cx), src(y, cy), &mut out);
+                regs.vals[r] = out;
+                i += 1;
+                continue;
+            }
+            _ => {}
         }
         match &k.body[i] {
             Instr::Load { input, view: None, .. } => match &batch.own {

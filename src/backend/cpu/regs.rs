@@ -1,8 +1,9 @@
 //! How a kernel's instructions map onto the CPU backend's batch registers: pairs, register reuse, vector reads.
 
 use crate::dtype::Class;
+use crate::dtype::DType;
 use crate::kernel::{Instr, Kernel, Kind, Phase};
-use crate::op::BinaryOp;
+use crate::op::{BinaryOp, UnaryOp};
 use smallvec::{smallvec, SmallVec};
 
 /// How one instruction runs.
@@ -15,6 +16,9 @@ pub(super) enum Step {
     /// `op2(op1(x, y), s)` (or `op2(s, op1(x, y))` where `scalar_left`) in one loop, `op1(x, y)` being the
     /// skipped instruction before it: `(x + b) * 0.5` then costs one pass over the batch, not two.
     Pair { op1: BinaryOp, x: usize, y: usize, op2: BinaryOp, s: f32, scalar_left: bool },
+    /// `u(op1(x, y))` in one loop, `op1(x, y)` being the skipped instruction before it; an operand with a value in
+    /// `cx` / `cy` is that constant: `exp(x * 0.1)`, `sqrt(v + eps)`, `relu(x + b)`.
+    Mapped { u: UnaryOp, op1: BinaryOp, x: usize, y: usize, cx: Option<f32>, cy: Option<f32> },
 }
 
 /// A kernel's instructions laid out over registers, computed once per kernel run.
@@ -33,6 +37,12 @@ pub(super) struct Plan {
 /// The arithmetic a pair fuses: one loop per combination is compiled, so the set stays small.
 fn pairable(op: BinaryOp) -> bool {
     matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div)
+}
+
+/// The unary ops a [`Step::Mapped`] applies: the common activations and `exp`/`sqrt` (one loop each per pairable
+/// op and operand form is compiled).
+pub(super) fn mappable(op: UnaryOp) -> bool {
+    matches!(op, UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Relu | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Abs)
 }
 
 /// The operands an instruction reads (a concatenation's parts are read inside it).
@@ -124,6 +134,16 @@ impl Plan {
             Step::Skip => SmallVec::new(),
             Step::Pair { x, y, .. } if x == y => smallvec![x],
             Step::Pair { x, y, .. } => smallvec![x, y],
+            Step::Mapped { x, y, cx, cy, .. } => {
+                let mut v: SmallVec<[usize; 3]> = SmallVec::new();
+                if cx.is_none() {
+                    v.push(x);
+                }
+                if cy.is_none() && !(cx.is_none() && x == y) {
+                    v.push(y);
+                }
+                v
+            }
             Step::Plain => operands(&k.body[q]),
         }
     }
@@ -170,6 +190,7 @@ impl Plan {
             match (self.step[q], instr) {
                 (Step::Skip, _) => {}
                 (Step::Pair { x, y, .. }, _) => (read[x], read[y]) = (true, true),
+                (Step::Mapped { .. }, _) => self.reads(k, q).into_iter().for_each(|o| read[o] = true),
                 (Step::Plain, Instr::Binary(op, a, b)) if k.types[q].class() == Class::Float && !op.is_compare() => {
                     match (self.scalar[*a], self.scalar[*b]) {
                         (_, Some(_)) => read[*a] = true,
@@ -218,6 +239,26 @@ fn pairs(k: &Kernel, scalar: &[Option<f32>], step: &mut [Step]) {
         {
             step[p] = Step::Skip;
             step[q] = Step::Pair { op1, x, y, op2, s, scalar_left };
+        }
+    }
+    // Then `u(op1(x, y))`, f32 only, at most one constant operand.
+    let f32_at = |i: usize| k.types[i] == DType::F32;
+    for q in 0..n {
+        let Instr::Unary(u, p) = k.body[q] else { continue };
+        let Instr::Binary(op1, x, y) = k.body[p] else { continue };
+        let (cx, cy) = (scalar[x], scalar[y]);
+        if mappable(u)
+            && pairable(op1)
+            && f32_at(q)
+            && f32_at(p)
+            && (cx.is_none() || cy.is_none())
+            && readers[p] == 1
+            && !after[p]
+            && range[p] == range[q]
+            && step[p] == Step::Plain
+        {
+            step[p] = Step::Skip;
+            step[q] = Step::Mapped { u, op1, x, y, cx, cy };
         }
     }
 }
@@ -335,6 +376,30 @@ mod tests {
         let both = bin(&mut g, BinaryOp::Add, scaled, sum);
         let k = &kernels(&g, both)[0];
         assert!(Plan::new(k).step.iter().all(|s| *s == Step::Plain), "a shared value is computed on its own");
+    }
+
+    #[test]
+    fn an_activation_runs_with_the_op_before_it() {
+        // sqrt(exp(a * 0.1) + b): both unary ops absorb the binary op before them.
+        let mut g = Graph::default();
+        let (a, b) = (data(&mut g, &[100]), data(&mut g, &[100]));
+        let tenth = scalar(&mut g, 0.1);
+        let x = bin(&mut g, BinaryOp::Mul, a, tenth);
+        let x = un(&mut g, UnaryOp::Exp, x);
+        let x = bin(&mut g, BinaryOp::Add, x, b);
+        let x = un(&mut g, UnaryOp::Sqrt, x);
+        let k = &kernels(&g, x)[0];
+        let plan = Plan::new(k);
+        let mapped: Vec<(UnaryOp, BinaryOp, bool, bool)> = plan
+            .step
+            .iter()
+            .filter_map(|s| match *s {
+                Step::Mapped { u, op1, cx, cy, .. } => Some((u, op1, cx.is_some(), cy.is_some())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(mapped, [(UnaryOp::Exp, BinaryOp::Mul, false, true), (UnaryOp::Sqrt, BinaryOp::Add, false, false)]);
+        assert_registers_hold(k);
     }
 
     #[test]
