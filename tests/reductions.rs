@@ -255,6 +255,24 @@ fn softmax_of_4096_by_4096_is_3_dispatches_without_a_kept_intermediate() {
 }
 
 #[test]
+fn rows_kernels_hold_short_rows_in_registers_and_stream_long_ones() {
+    // A wide rows kernel keeps rows of at most 4 vectors per thread in registers (4096 elements at 256 threads)
+    // and streams longer ones: both paths, at and past the boundary, in one rows kernel each.
+    for dev in devices() {
+        let mut rng = Rng::new(7);
+        for cols in [1024, 4096, 4100] {
+            let x = stored(&dev, &mut rng, &[300, cols]);
+            let sm = x.softmax(-1);
+            let k = dispatches(&dev, || drop(check(&sm, 1e-5, 1e-7, &format!("softmax [300, {cols}]"))));
+            assert_eq!(k, 1, "softmax [300, {cols}]: one rows kernel");
+            let ln = (&x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt();
+            let k = dispatches(&dev, || drop(check(&ln, 1e-4, 1e-5, &format!("layer norm [300, {cols}]"))));
+            assert_eq!(k, 1, "layer norm [300, {cols}]: one rows kernel");
+        }
+    }
+}
+
+#[test]
 fn pipelines_are_cached_across_sizes_and_axis_lengths() {
     for dev in devices() {
         let mut rng = Rng::new(6);

@@ -40,6 +40,9 @@ pub(super) struct Emitter<'a> {
     /// Per output: whether it is stored 4 elements (whole words) per thread; otherwise a narrow output is stored
     /// by atomic read-modify-write of its word, as neighbouring elements belong to other threads.
     wide_out: Vec<bool>,
+    /// In a rows kernel's cached path: the slot of the row's values that loads at the kernel's own index read
+    /// (`rc{input}[slot]`) instead of memory.
+    pub cache: Option<usize>,
 }
 
 /// How a buffer of a dtype is bound and addressed.
@@ -166,6 +169,22 @@ impl Emitter<'_> {
         self.out.push('\n');
     }
 
+    /// Whether the kernel is generated for an adapter with subgroup operations.
+    pub fn target_subgroups(&self) -> bool {
+        self.target.subgroups
+    }
+
+    /// Input `input` at the kernel's own index `i` (4 elements from there when wide).
+    pub fn own_load(&mut self, input: usize) -> String {
+        if !self.wide {
+            self.elem(input, "i")
+        } else if self.vector_input(input) {
+            format!("i{input}[i]")
+        } else {
+            self.elem4(input, "i")
+        }
+    }
+
     /// The element index of a strided load, as an `i32` expression.
     pub fn index(&self, at: usize, frame: usize) -> String {
         let names: Vec<String> = (0..self.k.shape.ndim()).map(|d| self.coord(frame, d)).collect();
@@ -178,15 +197,10 @@ impl Emitter<'_> {
         let ty = self.b.ty(dt);
         let rhs = match &self.k.body[n] {
             Instr::Load { access: Access::Tile(t), .. } => format!("tile{t}[tx * {PITCH}u + ty + {STEP}u * k]"),
-            Instr::Load { input, view: None, .. } => {
-                if !wide {
-                    self.elem(*input, "i")
-                } else if self.vector_input(*input) {
-                    format!("i{input}[i]")
-                } else {
-                    self.elem4(*input, "i")
-                }
-            }
+            Instr::Load { input, view: None, .. } => match self.cache {
+                Some(slot) => format!("rc{input}[{slot}]"),
+                None => self.own_load(*input),
+            },
             Instr::Load { input, view: Some(v), access } => {
                 let ix = self.index(v.at, v.frame);
                 self.line(depth, &format!("let x{n} = {ix};"));
@@ -324,6 +338,7 @@ impl<'a> Emitter<'a> {
             cat_starts,
             target: *target,
             wide_out: wide_out.clone(),
+            cache: None,
         };
         e.b.params(k.params.len());
         for (o, &dt) in k.out_types.iter().enumerate() {

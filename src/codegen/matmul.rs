@@ -304,23 +304,12 @@ fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codegen::validate;
     use crate::graph::{Graph, Op};
     use crate::op::UnaryOp;
     use crate::schedule::{plan, Options};
     use crate::shape::Shape;
     use crate::view::View;
-    use wgpu::naga;
-
-    /// Parses and validates WGSL as wgpu would, with every capability (cooperative matrices, f16, subgroups), and
-    /// translates it to SPIR-V as wgpu's Vulkan backend does.
-    fn validate(src: &str) {
-        let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
-        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(&module)
-            .unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
-        naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
-            .unwrap_or_else(|e| panic!("{e}\n{src}"));
-    }
 
     /// The kernel of `relu(a b)` for f16 `a` (`[m, k]`, or its transpose's view) and `b` (`[k, n]`).
     fn f16_product(m: usize, k: usize, n: usize, a_transposed: bool, b_transposed: bool) -> Kernel {

@@ -299,9 +299,56 @@ pub fn dispatch_size(threads: usize, max_per_dim: u32) -> (u32, u32) {
     (x as u32, y as u32)
 }
 
+/// Parses and validates WGSL as wgpu would, with every capability (cooperative matrices, f16, subgroups), and
+/// translates it to SPIR-V as wgpu's Vulkan backend does.
+#[cfg(test)]
+pub(crate) fn validate(src: &str) {
+    use wgpu::naga;
+    let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
+    naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
+        .unwrap_or_else(|e| panic!("{e}\n{src}"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::build::{bin, data, fold, un};
+    use crate::graph::Graph;
+    use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+    use crate::schedule::{plan, Options};
+
+    /// The softmax kernel of `[8, cols]`, generated for `target`.
+    fn softmax_wgsl(cols: usize, target: &Target) -> String {
+        let mut g = Graph::default();
+        let x = data(&mut g, &[8, cols]);
+        let m = fold(&mut g, ReduceOp::Max, x, 1);
+        let d = bin(&mut g, BinaryOp::Sub, x, m);
+        let e = un(&mut g, UnaryOp::Exp, d);
+        let s = fold(&mut g, ReduceOp::Sum, e, 1);
+        let out = bin(&mut g, BinaryOp::Div, e, s);
+        let p = plan(&g, &[out], &Options { fuse: true, max_bindings: 8, max_ops: 256 });
+        generate(&p.kernels[0], target)
+    }
+
+    #[test]
+    fn wide_rows_kernels_hold_the_row_in_registers_when_it_fits() {
+        for subgroups in [false, true] {
+            let target = Target { subgroups, f16: false, coop: false };
+            let wide = softmax_wgsl(256, &target);
+            validate(&wide);
+            assert!(wide.contains("var rc0: array<vec4<f32>, 4>;"), "{wide}");
+            // The cached path (before the top-level `else`) reads memory only to fill the registers.
+            let (cached, streamed) = wide.split_once("\n    } else {\n").expect("two paths");
+            assert_eq!(cached.matches("i0[").count(), 4, "{wide}");
+            assert!(streamed.matches("i0[").count() >= 3, "{wide}");
+            let scalar = softmax_wgsl(258, &target);
+            validate(&scalar);
+            assert!(!scalar.contains("rc0"), "{scalar}");
+        }
+    }
 
     #[test]
     fn dispatch_folds_past_the_per_dimension_limit() {

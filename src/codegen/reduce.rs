@@ -62,15 +62,15 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let f = Fold { op: r.op, axis: r.axis, body: 0..r.prologue, value: r.value };
     if r.rows {
         if e.wide {
-            accumulate(&mut e, &f, "lo / 4u + lane_t", "team", "hi / 4u", 1);
+            accumulate(&mut e, &f, "lo / 4u + lane_t", "team", "hi / 4u", 1, false);
         } else {
-            accumulate(&mut e, &f, "lo + lane_t", "team", "hi", 1);
+            accumulate(&mut e, &f, "lo + lane_t", "team", "hi", 1, false);
         }
         tree(&mut e, r.op, dt, subgroups, 1);
         e.line(1, "if (lane_t != 0u || !valid) { return; }");
         e.line(1, &format!("let folded = bitcast<{}>(red[root]);", lane_type(dt, 1)));
     } else {
-        accumulate(&mut e, &f, "lo", "1u", "hi", 1);
+        accumulate(&mut e, &f, "lo", "1u", "hi", 1, false);
         e.line(1, "let folded = acc;");
     }
     if r.partial {
@@ -126,7 +126,7 @@ pub(super) fn output_coords(e: &mut Emitter, axis: usize) {
 }
 
 /// Independent folds each thread keeps, one element each per step.
-const UNROLL: usize = 4;
+pub(super) const UNROLL: usize = 4;
 
 /// What one fold loop computes: instructions `body` give the element folded (in `value`) with `op` along `axis`.
 pub(super) struct Fold {
@@ -138,7 +138,9 @@ pub(super) struct Fold {
 
 /// Declares `acc` and folds into it the elements `start`, `start + step`, ... below `end` along the fold's axis:
 /// `UNROLL` independent folds per step, so that many loads are in flight, combined in a fixed order after.
-pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end: &str, depth: usize) {
+/// With `cached` (a rows kernel's cached path, see `rows.rs`), the range holds at most [`UNROLL`] steps per
+/// thread and loads at the kernel's own index read the cached row: one guarded step per accumulator, no loop.
+pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end: &str, depth: usize, cached: bool) {
     // Accumulates in the value's lanes: f16 and bf16 values in f32, rounded only when the fold is read.
     let dt = e.k.types[f.value].lanes();
     let identity = format!("bitcast<{}>({}u)", lane_type(dt, 1), f.op.identity_lane(dt));
@@ -148,16 +150,26 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
         e.line(depth, &format!("var acc{u} = {init};"));
     }
     e.line(depth, &format!("var r = {start};"));
-    e.line(depth, &format!("for (; r + {} * {step} < {end}; r = r + {UNROLL}u * {step}) {{", UNROLL - 1));
-    for u in 0..UNROLL {
-        e.line(depth + 1, "{");
-        element(e, f, &format!("r + {u}u * {step}"), &format!("acc{u}"), depth + 2);
-        e.line(depth + 1, "}");
+    if cached {
+        for u in 0..UNROLL {
+            e.line(depth, &format!("if (r + {u}u * {step} < {end}) {{"));
+            e.cache = Some(u);
+            element(e, f, &format!("r + {u}u * {step}"), &format!("acc{u}"), depth + 1);
+            e.cache = None;
+            e.line(depth, "}");
+        }
+    } else {
+        e.line(depth, &format!("for (; r + {} * {step} < {end}; r = r + {UNROLL}u * {step}) {{", UNROLL - 1));
+        for u in 0..UNROLL {
+            e.line(depth + 1, "{");
+            element(e, f, &format!("r + {u}u * {step}"), &format!("acc{u}"), depth + 2);
+            e.line(depth + 1, "}");
+        }
+        e.line(depth, "}");
+        e.line(depth, &format!("for (; r < {end}; r = r + {step}) {{"));
+        element(e, f, "r", "acc0", depth + 1);
+        e.line(depth, "}");
     }
-    e.line(depth, "}");
-    e.line(depth, &format!("for (; r < {end}; r = r + {step}) {{"));
-    element(e, f, "r", "acc0", depth + 1);
-    e.line(depth, "}");
     let mut pairs: Vec<String> = (0..UNROLL).map(|u| format!("acc{u}")).collect();
     while pairs.len() > 1 {
         let next: Vec<String> =

@@ -1,17 +1,20 @@
-//! WGSL for rows kernels: a workgroup per row runs the kernel's phases in order. A fold phase folds its element
-//! over the row (threads striding, then a tree) and hands the result to every thread; a map phase computes its
-//! outputs for every element of the row. The row is read from memory once; the later phases find it in cache.
+//! WGSL for rows kernels: a workgroup per row runs the kernel's phases in order, from registers where the row fits.
 
 use super::elementwise::Emitter;
-use super::reduce::{accumulate, main_header, output_coords, row_major, tree, Fold};
+use super::reduce::{accumulate, main_header, output_coords, row_major, tree, Fold, UNROLL};
 use super::{lane_type, Target, WORKGROUP_SIZE};
-use crate::kernel::{Kernel, Kind, Phase};
+use crate::kernel::{Instr, Kernel, Kind, Phase};
+
+// A fold phase folds its element over the row (threads striding, then a tree) and hands the result to every
+// thread; a map phase computes its outputs for every element of the row. Wide kernels whose row is at most
+// `UNROLL` vectors per thread read the row from memory once, into registers (`rc{input}`), and every phase reads it
+// there; longer rows stream it in each phase and the later phases find it in cache. Which path runs depends on
+// the row length, a parameter, so a new length compiles nothing.
 
 /// The WGSL source of a rows kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Rows { axis, team_at } = k.kind else { unreachable!("a rows kernel") };
     let mut e = Emitter::new(k, target);
-    let rank = k.shape.ndim();
     let at = k.dims_at.expect("rows kernels have coordinates");
     let dim = |d: usize| format!("p[{}]", at + d);
     let wg = WORKGROUP_SIZE;
@@ -27,6 +30,61 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.line(1, "let valid = o < p[0];");
     output_coords(&mut e, axis);
     e.line(1, &format!("let n = select(0u, {}, valid);", dim(axis)));
+    // Inputs read at the kernel's own index, with the type of their values.
+    let mut cached: Vec<(usize, String)> = Vec::new();
+    for (q, instr) in k.body.iter().enumerate() {
+        if let Instr::Load { input, view: None, .. } = instr {
+            if e.wide && !cached.iter().any(|(c, _)| c == input) {
+                cached.push((*input, e.b.ty(k.types[q]).to_string()));
+            }
+        }
+    }
+    if cached.is_empty() {
+        phases(&mut e, axis, 1, false);
+    } else {
+        // The condition reads the parameters only: uniform, so the barriers in both branches stay legal.
+        e.line(1, &format!("if ({} / 4u <= team * {UNROLL}u) {{", dim(axis)));
+        for (input, ty) in &cached {
+            e.line(2, &format!("var rc{input}: array<{ty}, {UNROLL}>;"));
+        }
+        for u in 0..UNROLL {
+            step(&mut e, axis, u, 2);
+            for (input, _) in &cached {
+                let load = e.own_load(*input);
+                e.line(4, &format!("rc{input}[{u}] = {load};"));
+            }
+            e.line(3, "}");
+            e.line(2, "}");
+        }
+        phases(&mut e, axis, 2, true);
+        e.line(1, "} else {");
+        phases(&mut e, axis, 2, false);
+        e.line(1, "}");
+    }
+    e.out.push_str("}\n");
+    let Emitter { b, out, .. } = e;
+    b.finish(&out)
+}
+
+/// Opens step `u` of the cached path (`{ let r = ..; if (r < n / 4u) {`, with the element's coordinates and
+/// vector index `i`); the caller closes both braces.
+fn step(e: &mut Emitter, axis: usize, u: usize, depth: usize) {
+    let rank = e.k.shape.ndim();
+    let at = e.k.dims_at.expect("rows kernels have coordinates");
+    e.line(depth, "{");
+    e.line(depth + 1, &format!("let r = lane_t + {u}u * team;"));
+    e.line(depth + 1, "if (r < n / 4u) {");
+    e.line(depth + 2, &format!("let c{axis} = i32(4u * r);"));
+    let ix = row_major(rank, &|d| format!("p[{}]", at + d), |d| format!("u32(c{d})"));
+    e.line(depth + 2, &format!("let i = ({ix}) / 4u;"));
+}
+
+/// The kernel's phases in order, streaming the row or (`cached`) reading it from `rc{input}`.
+fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
+    let k = e.k;
+    let rank = k.shape.ndim();
+    let at = k.dims_at.expect("rows kernels have coordinates");
+    let dim = |d: usize| format!("p[{}]", at + d);
     // Wide (the row a whole number of vectors, every read allowing it): each step takes 4 adjacent elements.
     let wide = e.wide;
     let end = if wide { "n / 4u" } else { "n" };
@@ -38,18 +96,18 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
                 let fold = Fold { op: *op, axis, body: body.clone(), value: *value };
                 let dt = k.types[*value];
                 let ty = lane_type(dt.lanes(), 1);
-                e.line(1, &format!("var f{n}: {ty};"));
-                e.line(1, "{");
-                accumulate(&mut e, &fold, "lane_t", "team", end, 2);
-                tree(&mut e, *op, dt, target.subgroups, 2);
-                e.line(2, &format!("f{n} = bitcast<{ty}>(red[root]);"));
+                e.line(depth, &format!("var f{n}: {ty};"));
+                e.line(depth, "{");
+                accumulate(e, &fold, "lane_t", "team", end, depth + 1, cached);
+                tree(e, *op, dt, e.target_subgroups(), depth + 1);
+                e.line(depth + 1, &format!("f{n} = bitcast<{ty}>(red[root]);"));
                 if let Some(out) = output {
                     let st = e.store(*out, "o", &format!("f{n}"));
-                    e.line(2, &format!("if (lane_t == 0u && valid) {{ {st} }}"));
+                    e.line(depth + 1, &format!("if (lane_t == 0u && valid) {{ {st} }}"));
                 }
                 // Before the next fold writes `red` again.
-                e.line(2, "workgroupBarrier();");
-                e.line(1, "}");
+                e.line(depth + 1, "workgroupBarrier();");
+                e.line(depth, "}");
                 // `accumulate` left the emitter scalar for the fold's result; the next phase is wide again.
                 if wide {
                     e.wide = true;
@@ -57,24 +115,35 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
                 }
                 n += 1;
             }
+            Phase::Map { body, outputs } if cached => {
+                for u in 0..UNROLL {
+                    step(e, axis, u, depth);
+                    e.cache = Some(u);
+                    e.range(body.clone(), depth + 2);
+                    e.cache = None;
+                    for &out in outputs {
+                        let st = e.store(out, "i", &format!("t{}", k.outputs[out].1));
+                        e.line(depth + 2, &st);
+                    }
+                    e.line(depth + 1, "}");
+                    e.line(depth, "}");
+                }
+            }
             Phase::Map { body, outputs } => {
-                e.line(1, &format!("for (var r = lane_t; r < {end}; r = r + team) {{"));
+                e.line(depth, &format!("for (var r = lane_t; r < {end}; r = r + team) {{"));
                 let first = if wide { "4u * r" } else { "r" };
-                e.line(2, &format!("let c{axis} = i32({first});"));
+                e.line(depth + 1, &format!("let c{axis} = i32({first});"));
                 let ix = row_major(rank, &dim, |d| format!("u32(c{d})"));
                 // In vectors when wide: loads and stores at the kernel's own index take 4 elements from there.
                 let ix = if wide { format!("({ix}) / 4u") } else { ix };
-                e.line(2, &format!("let i = {ix};"));
-                e.range(body.clone(), 2);
+                e.line(depth + 1, &format!("let i = {ix};"));
+                e.range(body.clone(), depth + 1);
                 for &out in outputs {
                     let st = e.store(out, "i", &format!("t{}", k.outputs[out].1));
-                    e.line(2, &st);
+                    e.line(depth + 1, &st);
                 }
-                e.line(1, "}");
+                e.line(depth, "}");
             }
         }
     }
-    e.out.push_str("}\n");
-    let Emitter { b, out, .. } = e;
-    b.finish(&out)
 }
