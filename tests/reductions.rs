@@ -3,7 +3,7 @@
 mod common;
 
 use common::{assert_close, check, devices, gpu_devices, Rng};
-use lazor::{Device, Error, Tensor};
+use lazor::{DType, Device, Error, Tensor};
 
 fn rand(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
@@ -268,6 +268,18 @@ fn rows_kernels_hold_short_rows_in_registers_and_stream_long_ones() {
             let ln = (&x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt();
             let k = dispatches(&dev, || drop(check(&ln, 1e-4, 1e-5, &format!("layer norm [300, {cols}]"))));
             assert_eq!(k, 1, "layer norm [300, {cols}]: one rows kernel");
+            // Narrow inputs (widened as they load), and an input read both directly and through a view.
+            for dt in [DType::F16, DType::BF16] {
+                let h = x.to_dtype(dt);
+                h.realize().unwrap();
+                check(&h.softmax(-1), 2e-2, 1e-4, &format!("{dt} softmax [300, {cols}]"));
+            }
+            let t = stored(&dev, &mut rng, &[cols, 300]);
+            let mixed = (&x + &t.t()).softmax(-1);
+            check(&mixed, 1e-5, 1e-7, &format!("softmax of x + a transposed view [300, {cols}]"));
+            let y = stored(&dev, &mut rng, &[301, cols]);
+            let shifted = (&y.narrow(0, 0, 300) * &y.narrow(0, 1, 300)).softmax(-1);
+            check(&shifted, 1e-5, 1e-7, &format!("softmax of one input read at two offsets [300, {cols}]"));
         }
     }
 }
