@@ -1,8 +1,15 @@
 //! The `LAZOR_*` environment knobs, read in one place. `docs/ENVIRONMENT.md` documents each.
 
+use std::path::PathBuf;
+
 /// The value of `name`, or `None` when unset or empty.
 pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Whether the switch `name` is on: set to anything but `0`.
+fn flag(name: &str) -> bool {
+    var(name).is_some_and(|v| v.trim() != "0")
 }
 
 /// `LAZOR_DEBUG`: 0 silent, 1 one line per realize, 2 also each new kernel's WGSL.
@@ -12,7 +19,7 @@ pub fn debug_level() -> u32 {
 
 /// `LAZOR_NOFUSE=1`: one kernel per op, the unfused baseline.
 pub fn nofuse() -> bool {
-    var("LAZOR_NOFUSE").is_some_and(|v| v.trim() != "0")
+    flag("LAZOR_NOFUSE")
 }
 
 /// `LAZOR_MAX_FUSED_OPS`: the most ops one generated kernel computes (default 256, at most 1024; longer chains
@@ -23,23 +30,23 @@ pub fn max_fused_ops() -> usize {
 
 /// `LAZOR_NO_F16=1`: f16 buffers are always packed two to a 32-bit word, as on adapters without `SHADER_F16`.
 pub fn no_f16() -> bool {
-    var("LAZOR_NO_F16").is_some_and(|v| v.trim() != "0")
+    flag("LAZOR_NO_F16")
 }
 
 /// `LAZOR_NO_COOP=1`: f16 matmuls never run on cooperative matrices (tensor cores), only on the tiled kernel.
 pub fn no_coop() -> bool {
-    var("LAZOR_NO_COOP").is_some_and(|v| v.trim() != "0")
+    flag("LAZOR_NO_COOP")
 }
 
 /// `LAZOR_NO_SUBGROUPS=1`: generated kernels never use subgroup operations (the workgroup-memory path everywhere).
 pub fn no_subgroups() -> bool {
-    var("LAZOR_NO_SUBGROUPS").is_some_and(|v| v.trim() != "0")
+    flag("LAZOR_NO_SUBGROUPS")
 }
 
 /// `LAZOR_SHADER_CHECKS=1`: every kernel gets wgpu's bounds checks on memory accesses, including the kinds whose
 /// indices are in range by construction (matmul), which otherwise are compiled without them.
 pub fn shader_checks() -> bool {
-    var("LAZOR_SHADER_CHECKS").is_some_and(|v| v.trim() != "0")
+    flag("LAZOR_SHADER_CHECKS")
 }
 
 /// `LAZOR_MATMUL_TILE=bm,bn,bk,tm,tn`: every tiled matmul uses this blocking instead of the shape table (a tuning
@@ -67,4 +74,17 @@ pub fn matmul_tile() -> Option<[u32; 5]> {
 /// budget derived from its memory (0 keeps none).
 pub fn pool_budget() -> Option<u64> {
     var("LAZOR_POOL_MB").and_then(|v| v.trim().parse::<u64>().ok()).map(|mb| mb << 20)
+}
+
+/// `LAZOR_CACHE_DIR`: the pipeline cache directory when set (set and empty: no disk cache), else the user's cache
+/// directory (`$XDG_CACHE_HOME/lazor`, `~/.cache/lazor`, or `%LOCALAPPDATA%\lazor` on Windows).
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(v) = std::env::var_os("LAZOR_CACHE_DIR") {
+        return (!v.is_empty()).then(|| PathBuf::from(v));
+    }
+    let non_empty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if cfg!(windows) {
+        return non_empty("LOCALAPPDATA").map(|d| d.join("lazor"));
+    }
+    non_empty("XDG_CACHE_HOME").or_else(|| non_empty("HOME").map(|h| h.join(".cache"))).map(|d| d.join("lazor"))
 }

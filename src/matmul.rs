@@ -29,10 +29,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn matmul(&self, rhs: &Tensor) -> Tensor {
-        match self.try_matmul(rhs) {
-            Ok(t) => t,
-            Err(e) => panic!("{e}"),
-        }
+        crate::ops::ok(self.try_matmul(rhs))
     }
 
     /// [`Tensor::matmul`], returning an error instead of panicking.

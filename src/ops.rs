@@ -9,8 +9,9 @@ use crate::tensor::Tensor;
 use std::borrow::Borrow;
 use std::ops::{Add, AddAssign, BitAnd, BitOr, BitXor, Div, DivAssign, Mul, MulAssign, Neg, Not, Rem, Sub, SubAssign};
 
+/// The value of a `try_` twin, or a panic with its error at the caller's line.
 #[track_caller]
-pub(crate) fn ok(r: Result<Tensor>) -> Tensor {
+pub(crate) fn ok<T>(r: Result<T>) -> T {
     match r {
         Ok(t) => t,
         Err(e) => panic!("{e}"),

@@ -16,10 +16,7 @@ impl Tensor {
     /// is not f32 (read it with [`Tensor::to_vec_as`]).
     #[track_caller]
     pub fn to_vec(&self) -> Vec<f32> {
-        match self.try_to_vec() {
-            Ok(v) => v,
-            Err(e) => panic!("{e}"),
-        }
+        crate::ops::ok(self.try_to_vec())
     }
 
     /// Realizes and reads the values back.
@@ -43,10 +40,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn to_vec_as<T: Element>(&self) -> Vec<T> {
-        match self.try_to_vec_as() {
-            Ok(v) => v,
-            Err(e) => panic!("{e}"),
-        }
+        crate::ops::ok(self.try_to_vec_as())
     }
 
     /// [`Tensor::to_vec_as`], returning an error instead of panicking.
@@ -166,10 +160,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn read_with<R>(&self, f: impl FnOnce(&[f32]) -> R) -> R {
-        match self.try_read_with(f) {
-            Ok(r) => r,
-            Err(e) => panic!("{e}"),
-        }
+        crate::ops::ok(self.try_read_with(f))
     }
 
     /// [`Tensor::read_with`], returning an error instead of panicking (`f` does not run then).

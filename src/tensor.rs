@@ -202,10 +202,7 @@ impl Tensor {
     /// On a device failure; [`Tensor::try_to_device`] returns it instead.
     #[track_caller]
     pub fn to_device(&self, device: &Device) -> Tensor {
-        match self.try_to_device(device) {
-            Ok(t) => t,
-            Err(e) => panic!("{e}"),
-        }
+        crate::ops::ok(self.try_to_device(device))
     }
 
     /// [`Tensor::to_device`], returning an error instead of panicking.

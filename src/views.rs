@@ -4,6 +4,7 @@
 use crate::dim::Dim;
 use crate::error::{Error, Result};
 use crate::graph::Op;
+use crate::ops::ok;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
 use crate::view::View;
@@ -12,14 +13,6 @@ use smallvec::SmallVec;
 /// Concatenations of more parts than this (or than the device binds, less the output and parameters) are built as
 /// a concatenation of stored concatenations, so one kernel never binds more buffers than the adapter allows.
 const MAX_CAT_PARTS: usize = 16;
-
-#[track_caller]
-fn ok(r: Result<Tensor>) -> Tensor {
-    match r {
-        Ok(t) => t,
-        Err(e) => panic!("{e}"),
-    }
-}
 
 fn bad(op: &'static str, shape: &Shape, message: String) -> Error {
     Error::BadArgument { op, message, shape: shape.clone() }

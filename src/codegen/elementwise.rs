@@ -337,12 +337,12 @@ impl<'a> Emitter<'a> {
             wide: k.width == 4,
             cat_starts,
             target: *target,
-            wide_out: wide_out.clone(),
+            wide_out,
             cache: None,
         };
         e.b.params(k.params.len());
         for (o, &dt) in k.out_types.iter().enumerate() {
-            let wide_out = wide_out[o];
+            let wide_out = e.wide_out[o];
             let elem = match e.storage(dt) {
                 Storage::Word => lane_type(dt, if wide_out { 4 } else { 1 }),
                 Storage::Half if wide_out => "vec4<f16>",

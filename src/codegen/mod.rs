@@ -268,21 +268,40 @@ pub struct Key {
 impl Key {
     /// The key of `kernel`'s source for `target`.
     pub fn of(kernel: &Kernel, target: &Target) -> Key {
+        // Every field named (no `..`): a field added to `Kernel` must be placed in the key or left out here on
+        // purpose, or a pipeline could be reused for a kernel whose source differs.
+        let Kernel {
+            kind,
+            shape,
+            inputs,
+            in_types,
+            outputs,
+            out_types,
+            body,
+            types,
+            frames,
+            params,
+            dims_at,
+            width,
+            tiles,
+            phases,
+            fused_ops: _,
+        } = kernel;
         Key {
-            kind: kernel.kind,
-            rank: kernel.shape.ndim(),
-            inputs: kernel.inputs.iter().map(|i| i.1).collect(),
-            outputs: kernel.outputs.iter().map(|o| o.1).collect(),
-            body: kernel.body.clone(),
-            types: kernel.types.clone(),
-            in_types: kernel.in_types.clone(),
-            out_types: kernel.out_types.clone(),
-            frames: kernel.frames.clone(),
-            params: kernel.params.len(),
-            dims_at: kernel.dims_at,
-            width: kernel.width,
-            tiles: kernel.tiles.clone(),
-            phases: kernel.phases.clone(),
+            kind: *kind,
+            rank: shape.ndim(),
+            inputs: inputs.iter().map(|i| i.1).collect(),
+            outputs: outputs.iter().map(|o| o.1).collect(),
+            body: body.clone(),
+            types: types.clone(),
+            in_types: in_types.clone(),
+            out_types: out_types.clone(),
+            frames: frames.clone(),
+            params: params.len(),
+            dims_at: *dims_at,
+            width: *width,
+            tiles: tiles.clone(),
+            phases: phases.clone(),
             target: *target,
         }
     }

@@ -247,18 +247,23 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, subgroups: bool, de
 /// The fold's element at axis position `at` (in a wide fold: the vector at `at`, elements `4 at..4 at + 4`),
 /// folded into `acc`.
 fn element(e: &mut Emitter, f: &Fold, at: &str, acc: &str, depth: usize) {
-    let rank = e.k.shape.ndim();
-    let dims_at = e.k.dims_at.expect("folds have coordinates");
-    let first = if e.wide { format!("4u * ({at})") } else { at.to_string() };
-    e.line(depth, &format!("let c{} = i32({first});", f.axis));
-    // The element's row-major index in the folded shape (in vectors when wide), for loads at the kernel's own index.
-    let ix = row_major(rank, &|d| format!("p[{}]", dims_at + d), |d| format!("u32(c{d})"));
-    let ix = if e.wide { format!("({ix}) / 4u") } else { ix };
-    e.line(depth, &format!("let i = {ix};"));
+    own_index(e, f.axis, at, depth);
     e.range(f.body.clone(), depth);
     let dt = e.k.types[f.value].lanes();
     let folded = e.b.binary(f.op.combine(), dt, acc, &format!("t{}", f.value));
     e.line(depth, &format!("{acc} = {folded};"));
+}
+
+/// Emits the coordinate `c{axis}` of position `at` along `axis` (a vector's first element when wide) and `i`, the
+/// element's row-major index in the kernel's shape (in vectors when wide), for loads at the kernel's own index.
+pub(super) fn own_index(e: &mut Emitter, axis: usize, at: &str, depth: usize) {
+    let rank = e.k.shape.ndim();
+    let dims_at = e.k.dims_at.expect("folds and rows have coordinates");
+    let first = if e.wide { format!("4u * ({at})") } else { at.to_string() };
+    e.line(depth, &format!("let c{axis} = i32({first});"));
+    let ix = row_major(rank, &|d| format!("p[{}]", dims_at + d), |d| format!("u32(c{d})"));
+    let ix = if e.wide { format!("({ix}) / 4u") } else { ix };
+    e.line(depth, &format!("let i = {ix};"));
 }
 
 /// The row-major index of coordinates `coord(d)` in a shape of extents `extent(d)`, as a `u32` expression.

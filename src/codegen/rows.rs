@@ -1,7 +1,7 @@
 //! WGSL for rows kernels: a workgroup per row runs the kernel's phases in order, from registers where the row fits.
 
 use super::elementwise::Emitter;
-use super::reduce::{accumulate, main_header, output_coords, row_major, tree, Fold, UNROLL};
+use super::reduce::{accumulate, main_header, output_coords, own_index, tree, Fold, UNROLL};
 use super::{lane_type, Target, WORKGROUP_SIZE};
 use crate::kernel::{Instr, Kernel, Kind, Phase};
 
@@ -32,9 +32,9 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     e.line(1, &format!("let n = select(0u, {}, valid);", dim(axis)));
     // Inputs read at the kernel's own index, with the type of their values.
     let mut cached: Vec<(usize, String)> = Vec::new();
-    for (q, instr) in k.body.iter().enumerate() {
+    for (q, instr) in k.body.iter().enumerate().filter(|_| e.wide) {
         if let Instr::Load { input, view: None, .. } = instr {
-            if e.wide && !cached.iter().any(|(c, _)| c == input) {
+            if !cached.iter().any(|(c, _)| c == input) {
                 cached.push((*input, e.b.ty(k.types[q]).to_string()));
             }
         }
@@ -69,22 +69,15 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
 /// Opens step `u` of the cached path (`{ let r = ..; if (r < n / 4u) {`, with the element's coordinates and
 /// vector index `i`); the caller closes both braces.
 fn step(e: &mut Emitter, axis: usize, u: usize, depth: usize) {
-    let rank = e.k.shape.ndim();
-    let at = e.k.dims_at.expect("rows kernels have coordinates");
     e.line(depth, "{");
     e.line(depth + 1, &format!("let r = lane_t + {u}u * team;"));
     e.line(depth + 1, "if (r < n / 4u) {");
-    e.line(depth + 2, &format!("let c{axis} = i32(4u * r);"));
-    let ix = row_major(rank, &|d| format!("p[{}]", at + d), |d| format!("u32(c{d})"));
-    e.line(depth + 2, &format!("let i = ({ix}) / 4u;"));
+    own_index(e, axis, "r", depth + 2);
 }
 
 /// The kernel's phases in order, streaming the row or (`cached`) reading it from `rc{input}`.
 fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
     let k = e.k;
-    let rank = k.shape.ndim();
-    let at = k.dims_at.expect("rows kernels have coordinates");
-    let dim = |d: usize| format!("p[{}]", at + d);
     // Wide (the row a whole number of vectors, every read allowing it): each step takes 4 adjacent elements.
     let wide = e.wide;
     let end = if wide { "n / 4u" } else { "n" };
@@ -131,12 +124,8 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
             }
             Phase::Map { body, outputs } => {
                 e.line(depth, &format!("for (var r = lane_t; r < {end}; r = r + team) {{"));
-                let first = if wide { "4u * r" } else { "r" };
-                e.line(depth + 1, &format!("let c{axis} = i32({first});"));
-                let ix = row_major(rank, &dim, |d| format!("u32(c{d})"));
                 // In vectors when wide: loads and stores at the kernel's own index take 4 elements from there.
-                let ix = if wide { format!("({ix}) / 4u") } else { ix };
-                e.line(depth + 1, &format!("let i = {ix};"));
+                own_index(e, axis, "r", depth + 1);
                 e.range(body.clone(), depth + 1);
                 for &out in outputs {
                     let st = e.store(out, "i", &format!("t{}", k.outputs[out].1));

@@ -2,7 +2,7 @@
 
 // Batch-sized loops the compiler vectorizes, and no temporaries of the tensor's size.
 
-use super::regs::{Plan, Step};
+use super::regs::{operands, Plan, Step};
 use super::simd;
 use crate::dtype::{Class, DType};
 use crate::kernel::{Access, Instr, Kernel};
@@ -73,7 +73,7 @@ pub(super) struct Batch {
 }
 
 impl Batch {
-    fn empty() -> Batch {
+    pub(super) fn empty() -> Batch {
         Batch { len: 0, own: Own::From(0), coords: Vec::new(), folded: Vec::new(), folds: Vec::new() }
     }
 
@@ -233,110 +233,105 @@ pub(super) fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Reg
         let r = ctx.plan.slot[i];
         let mut out = std::mem::take(&mut regs.vals[r]);
         out.resize(n, 0.0);
-        let dt = k.types[i];
         match ctx.plan.step[i] {
             Step::Pair { op1, x, y, op2, s, scalar_left } => {
-                simd::pair(op1, op2, regs.get(ctx, x, n), regs.get(ctx, y, n), s, scalar_left, &mut out);
-                regs.vals[r] = out;
-                i += 1;
-                continue;
+                simd::pair(op1, op2, regs.get(ctx, x, n), regs.get(ctx, y, n), s, scalar_left, &mut out)
             }
             Step::Mapped { u, op1, x, y, cx, cy } => {
                 let src = |v: usize, c: Option<f32>| match c {
                     Some(c) => simd::Src::Const(c),
                     None => simd::Src::Slice(regs.get(ctx, v, n)),
                 };
-                simd::mapped(u, op1, src(x, cx), src(y, cy), &mut out);
-                regs.vals[r] = out;
-                i += 1;
-                continue;
+                simd::mapped(u, op1, src(x, cx), src(y, cy), &mut out)
             }
-            _ => {}
-        }
-        match &k.body[i] {
-            Instr::Load { input, view: None, .. } => match &batch.own {
-                Own::From(lo) => ctx.gather(*input, &mut out, |j| lo + j),
-                Own::At(at) => ctx.gather(*input, &mut out, |j| at[j]),
-            },
-            Instr::Load { input, view: Some(_), access } => {
-                debug_assert!(!matches!(access, Access::Own));
-                let (strides, offset) = ctx.views[i].as_ref().expect("a strided load's view");
-                ctx.gather(*input, &mut out, |j| view_index(&batch.coords, j, strides, *offset));
-            }
-            Instr::Index { view: None } => match &batch.own {
-                Own::From(lo) => out.iter_mut().enumerate().for_each(|(j, o)| *o = f32::from_bits((lo + j) as u32)),
-                Own::At(at) => out.iter_mut().zip(at).for_each(|(o, &j)| *o = f32::from_bits(j as u32)),
-            },
-            Instr::Index { view: Some(_) } => {
-                let (strides, offset) = ctx.views[i].as_ref().expect("an index's view");
-                for (j, o) in out.iter_mut().enumerate() {
-                    *o = f32::from_bits(view_index(&batch.coords, j, strides, *offset) as u32);
-                }
-            }
-            Instr::Cast(a) => {
-                // A half value is rounded to its own type first: within a kernel it may still hold f32 bits.
-                let from = k.types[*a];
-                let src = regs.get(ctx, *a, n);
-                out.iter_mut()
-                    .zip(src)
-                    .for_each(|(o, &x)| *o = f32::from_bits(dt.cast_lane(from, from.round(x).to_bits())));
-            }
-            Instr::Select(c, a, b) => {
-                let (c, a, b) = (regs.get(ctx, *c, n), regs.get(ctx, *a, n), regs.get(ctx, *b, n));
-                simd::select(c, a, b, &mut out);
-            }
-            // The same value for every batch of a task: filled when the batch length changes, not per batch.
-            Instr::Scalar(at) => {
-                let v = f32::from_bits(k.params[*at]);
-                if out.first() != Some(&v) || regs.filled[r] != n {
-                    out.fill(v);
-                    regs.filled[r] = n;
-                }
-            }
-            Instr::Unary(op, a) => {
-                let a = regs.get(ctx, *a, n);
-                match dt.class() {
-                    Class::Float => simd::unary(*op, a, &mut out),
-                    Class::Int => op.eval_int_slice::<i32>(false, cast_slice(a), cast_slice_mut(&mut out)),
-                    Class::Uint => op.eval_int_slice::<u32>(false, cast_slice(a), cast_slice_mut(&mut out)),
-                    Class::Bool => op.eval_int_slice::<u32>(true, cast_slice(a), cast_slice_mut(&mut out)),
-                }
-            }
-            Instr::Binary(op, a, b) => {
-                let (x, y) = (regs.get(ctx, *a, n), regs.get(ctx, *b, n));
-                let operands = k.types[*a];
-                if op.is_compare() {
-                    let o: &mut [u32] = cast_slice_mut(&mut out);
-                    match operands.class() {
-                        Class::Float => simd::compare(*op, x, y, o),
-                        Class::Int => op.compare_slice::<i32>(cast_slice(x), cast_slice(y), o),
-                        Class::Uint | Class::Bool => op.compare_slice::<u32>(cast_slice(x), cast_slice(y), o),
-                    }
-                } else {
-                    match dt.class() {
-                        Class::Float => match (ctx.plan.scalar[*a], ctx.plan.scalar[*b]) {
-                            (_, Some(s)) => simd::binary_scalar(*op, x, s, &mut out),
-                            (Some(s), None) => simd::scalar_binary(*op, s, y, &mut out),
-                            (None, None) => simd::binary(*op, x, y, &mut out),
-                        },
-                        Class::Int => {
-                            op.eval_int_slice::<i32>(false, cast_slice(x), cast_slice(y), cast_slice_mut(&mut out))
-                        }
-                        Class::Uint => {
-                            op.eval_int_slice::<u32>(false, cast_slice(x), cast_slice(y), cast_slice_mut(&mut out))
-                        }
-                        Class::Bool => {
-                            op.eval_int_slice::<u32>(true, cast_slice(x), cast_slice(y), cast_slice_mut(&mut out))
-                        }
-                    }
-                }
-            }
-            Instr::Reduced => out.copy_from_slice(&batch.folded),
-            Instr::Folded(f) => out.fill(batch.folds[*f]),
-            Instr::Cat { .. } => unreachable!("handled above"),
+            Step::Plain => instr(ctx, i, batch, regs, &mut out),
+            Step::Skip => unreachable!("skipped above"),
         }
         regs.vals[r] = out;
         i += 1;
+    }
+}
+
+/// Computes instruction `i` (a plain step) over `batch` into `out`, its register's vector.
+fn instr(ctx: &Ctx, i: usize, batch: &Batch, regs: &mut Regs, out: &mut [f32]) {
+    let (k, n) = (ctx.k, batch.len);
+    let dt = k.types[i];
+    match &k.body[i] {
+        Instr::Load { input, view: None, .. } => match &batch.own {
+            Own::From(lo) => ctx.gather(*input, out, |j| lo + j),
+            Own::At(at) => ctx.gather(*input, out, |j| at[j]),
+        },
+        Instr::Load { input, view: Some(_), access } => {
+            debug_assert!(!matches!(access, Access::Own));
+            let (strides, offset) = ctx.views[i].as_ref().expect("a strided load's view");
+            ctx.gather(*input, out, |j| view_index(&batch.coords, j, strides, *offset));
+        }
+        Instr::Index { view: None } => match &batch.own {
+            Own::From(lo) => out.iter_mut().enumerate().for_each(|(j, o)| *o = f32::from_bits((lo + j) as u32)),
+            Own::At(at) => out.iter_mut().zip(at).for_each(|(o, &j)| *o = f32::from_bits(j as u32)),
+        },
+        Instr::Index { view: Some(_) } => {
+            let (strides, offset) = ctx.views[i].as_ref().expect("an index's view");
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = f32::from_bits(view_index(&batch.coords, j, strides, *offset) as u32);
+            }
+        }
+        Instr::Cast(a) => {
+            // A half value is rounded to its own type first: within a kernel it may still hold f32 bits.
+            let from = k.types[*a];
+            let src = regs.get(ctx, *a, n);
+            out.iter_mut()
+                .zip(src)
+                .for_each(|(o, &x)| *o = f32::from_bits(dt.cast_lane(from, from.round(x).to_bits())));
+        }
+        Instr::Select(c, a, b) => {
+            let (c, a, b) = (regs.get(ctx, *c, n), regs.get(ctx, *a, n), regs.get(ctx, *b, n));
+            simd::select(c, a, b, out);
+        }
+        // The same value for every batch of a task: filled when the batch length changes, not per batch.
+        Instr::Scalar(at) => {
+            let v = f32::from_bits(k.params[*at]);
+            let r = ctx.plan.slot[i];
+            if out.first() != Some(&v) || regs.filled[r] != n {
+                out.fill(v);
+                regs.filled[r] = n;
+            }
+        }
+        Instr::Unary(op, a) => {
+            let a = regs.get(ctx, *a, n);
+            match dt.class() {
+                Class::Float => simd::unary(*op, a, out),
+                Class::Int => op.eval_int_slice::<i32>(false, cast_slice(a), cast_slice_mut(out)),
+                Class::Uint => op.eval_int_slice::<u32>(false, cast_slice(a), cast_slice_mut(out)),
+                Class::Bool => op.eval_int_slice::<u32>(true, cast_slice(a), cast_slice_mut(out)),
+            }
+        }
+        Instr::Binary(op, a, b) => {
+            let (x, y) = (regs.get(ctx, *a, n), regs.get(ctx, *b, n));
+            let operands = k.types[*a];
+            if op.is_compare() {
+                let o: &mut [u32] = cast_slice_mut(out);
+                match operands.class() {
+                    Class::Float => simd::compare(*op, x, y, o),
+                    Class::Int => op.compare_slice::<i32>(cast_slice(x), cast_slice(y), o),
+                    Class::Uint | Class::Bool => op.compare_slice::<u32>(cast_slice(x), cast_slice(y), o),
+                }
+            } else {
+                match dt.class() {
+                    Class::Float => match (ctx.plan.scalar[*a], ctx.plan.scalar[*b]) {
+                        (_, Some(s)) => simd::binary_scalar(*op, x, s, out),
+                        (Some(s), None) => simd::scalar_binary(*op, s, y, out),
+                        (None, None) => simd::binary(*op, x, y, out),
+                    },
+                    Class::Int => op.eval_int_slice::<i32>(false, cast_slice(x), cast_slice(y), cast_slice_mut(out)),
+                    Class::Uint => op.eval_int_slice::<u32>(false, cast_slice(x), cast_slice(y), cast_slice_mut(out)),
+                    Class::Bool => op.eval_int_slice::<u32>(true, cast_slice(x), cast_slice(y), cast_slice_mut(out)),
+                }
+            }
+        }
+        Instr::Reduced => out.copy_from_slice(&batch.folded),
+        Instr::Folded(f) => out.fill(batch.folds[*f]),
+        Instr::Cat { .. } => unreachable!("handled above"),
     }
 }
 
@@ -424,12 +419,7 @@ fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
         // Values from outside the part that it reads, narrowed to its elements.
         let mut sub_regs = Regs::new(ctx);
         for instr in &k.body[part.body.clone()] {
-            let operands: &[usize] = match instr {
-                Instr::Unary(_, a) => std::slice::from_ref(a),
-                Instr::Binary(_, a, b) => &[*a, *b],
-                _ => &[],
-            };
-            for &o in operands {
+            for o in operands(instr) {
                 if o < part.body.start && sub_regs.vals[ctx.plan.slot[o]].is_empty() {
                     let values = regs.get(ctx, o, batch.len);
                     sub_regs.vals[ctx.plan.slot[o]] = at.iter().map(|&j| values[j]).collect();

@@ -63,8 +63,8 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     let lanes = k.types[r.value].lanes();
     tasks_with(
         blocks * chunks,
-        || Regs::new(&ctx),
-        |regs, t| {
+        || (Regs::new(&ctx), Batch::empty()),
+        |(regs, batch), t| {
             let (b, j) = (t / chunks, t % chunks);
             let block = b * BATCH..out_count.min((b + 1) * BATCH);
             let (lo, hi) = (j * len, n.min(j * len + len));
@@ -74,8 +74,8 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
                 let mut acc = f32::from_bits(r.op.identity_lane(lanes));
                 for s in (lo..hi).step_by(BATCH) {
                     let e = hi.min(s + BATCH);
-                    let batch = along_axis(&dims, r.axis, r.rows, &base, s..e, strided);
-                    eval(&ctx, 0..r.prologue, &batch, regs);
+                    batch.along(&dims, r.axis, r.rows, &base, s..e, strided);
+                    eval(&ctx, 0..r.prologue, batch, regs);
                     acc = combine(r.op, lanes, acc, tree(r.op, lanes, regs.get(&ctx, r.value, e - s)));
                 }
                 folded.push(acc);
@@ -92,9 +92,13 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
                 }
                 return;
             }
-            let coords = (0..dims.len())
-                .map(|d| block.clone().map(|o| if d == r.axis { 0 } else { unravel(o, &out_dims)[d] }).collect())
-                .collect();
+            // The epilogue runs at the outputs' coordinates (the folded axis at 0).
+            let mut coords = vec![Vec::with_capacity(block.len()); dims.len()];
+            for o in block.clone() {
+                for (axis, c) in coords.iter_mut().zip(unravel(o, &out_dims)) {
+                    axis.push(c);
+                }
+            }
             let batch = Batch { len: block.len(), own: Own::From(block.start), coords, folded, folds: Vec::new() };
             eval(&ctx, r.prologue..k.body.len(), &batch, regs);
             for ((o, &(_, v)), &dt) in outs.iter().zip(&k.outputs).zip(&k.out_types) {
@@ -106,27 +110,36 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     );
 }
 
-/// The elements `range` along the folded axis at the output whose coordinates are `base`. Coordinates are made
-/// only when the prologue reads through a view (`coords`); when the folded elements are adjacent they are a window
-/// of the inputs.
-fn along_axis(dims: &[usize], axis: usize, rows: bool, base: &[i64], range: Range<usize>, coords: bool) -> Batch {
-    let len = range.len();
-    let linear = |c: &dyn Fn(usize) -> i64| (0..dims.len()).fold(0usize, |a, d| a * dims[d] + c(d) as usize);
-    let first = linear(&|d| if d == axis { range.start as i64 } else { base[d] });
-    let own = if rows {
-        Own::From(first)
-    } else {
-        let stride: usize = dims[axis + 1..].iter().product();
-        Own::At((0..len).map(|j| first + j * stride).collect())
-    };
-    let coords = if coords {
-        (0..dims.len())
-            .map(|d| if d == axis { range.clone().map(|x| x as i64).collect() } else { vec![base[d]; len] })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    Batch { len, own, coords, folded: Vec::new(), folds: Vec::new() }
+impl Batch {
+    /// Becomes the elements `range` along the folded axis at the output whose coordinates are `base`, reusing its
+    /// vectors. Coordinates are made only when the body reads through a view (`coords`); when the folded elements
+    /// are adjacent (`rows`) they are a window of the inputs.
+    fn along(&mut self, dims: &[usize], axis: usize, rows: bool, base: &[i64], range: Range<usize>, coords: bool) {
+        self.len = range.len();
+        let first =
+            (0..dims.len()).fold(0usize, |a, d| a * dims[d] + if d == axis { range.start } else { base[d] as usize });
+        if rows {
+            self.own = Own::From(first);
+        } else {
+            let stride: usize = dims[axis + 1..].iter().product();
+            let mut at = match std::mem::replace(&mut self.own, Own::From(0)) {
+                Own::At(at) => at,
+                Own::From(_) => Vec::new(),
+            };
+            at.clear();
+            at.extend((0..self.len).map(|j| first + j * stride));
+            self.own = Own::At(at);
+        }
+        self.coords.resize(if coords { dims.len() } else { 0 }, Vec::new());
+        for (d, c) in self.coords.iter_mut().enumerate() {
+            c.clear();
+            if d == axis {
+                c.extend(range.clone().map(|x| x as i64));
+            } else {
+                c.resize(self.len, base[d]);
+            }
+        }
+    }
 }
 
 /// Runs a rows kernel: each row is one parallel task running the phases in order, each over the row in batches.
@@ -141,25 +154,27 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
     tasks_with(
         k.params[0] as usize,
-        || Regs::new(&ctx),
-        |regs, o| {
+        || (Regs::new(&ctx), Batch::empty()),
+        |(regs, batch), o| {
             let base = unravel(o, &out_dims);
-            let mut folds: Vec<f32> = Vec::new();
+            // The row's folds so far: each phase reads those of the phases before it.
+            batch.folds.clear();
             for phase in &k.phases {
-                let mut acc = None;
+                let mut acc = match phase {
+                    Phase::Fold { op, value, .. } => f32::from_bits(op.identity_lane(k.types[*value].lanes())),
+                    Phase::Map { .. } => 0.0,
+                };
                 for s in (0..n).step_by(BATCH) {
                     let e = n.min(s + BATCH);
-                    let mut batch = along_axis(&dims, axis, true, &base, s..e, strided);
-                    batch.folds.clone_from(&folds);
+                    batch.along(&dims, axis, true, &base, s..e, strided);
                     match phase {
                         Phase::Fold { op, body, value, .. } => {
-                            eval(&ctx, body.clone(), &batch, regs);
+                            eval(&ctx, body.clone(), batch, regs);
                             let lanes = k.types[*value].lanes();
-                            let a = acc.unwrap_or(f32::from_bits(op.identity_lane(lanes)));
-                            acc = Some(combine(*op, lanes, a, tree(*op, lanes, regs.get(&ctx, *value, e - s))));
+                            acc = combine(*op, lanes, acc, tree(*op, lanes, regs.get(&ctx, *value, e - s)));
                         }
                         Phase::Map { body, outputs } => {
-                            eval(&ctx, body.clone(), &batch, regs);
+                            eval(&ctx, body.clone(), batch, regs);
                             for &m in outputs {
                                 // SAFETY: each row's elements are written by its own task only.
                                 unsafe {
@@ -169,12 +184,11 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
                         }
                     }
                 }
-                if let Phase::Fold { op, output, value, .. } = phase {
-                    let v = acc.unwrap_or(f32::from_bits(op.identity_lane(k.types[*value].lanes())));
-                    folds.push(v);
+                if let Phase::Fold { output, .. } = phase {
+                    batch.folds.push(acc);
                     if let Some(m) = output {
                         // SAFETY: as above; a row's fold is at the row's index.
-                        unsafe { store(outs[*m], k.out_types[*m], o, &[v]) };
+                        unsafe { store(outs[*m], k.out_types[*m], o, &[acc]) };
                     }
                 }
             }

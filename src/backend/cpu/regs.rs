@@ -114,48 +114,53 @@ impl Plan {
                 _ => None,
             })
             .collect();
-        let cat = k.body.iter().any(|i| matches!(i, Instr::Cat { .. }));
-        let mut step = vec![Step::Plain; n];
-        if !cat {
-            pairs(k, &scalar, &mut step);
-        }
-        let mut plan = Plan { step, slot: (0..n).collect(), slots: n, scalar, vector_read: vec![true; n] };
+        let mut plan =
+            Plan { step: vec![Step::Plain; n], slot: (0..n).collect(), slots: n, scalar, vector_read: vec![true; n] };
         // A concatenation's parts are evaluated apart and read what they read as vectors: one register each.
-        if !cat {
-            plan.registers(k);
-            plan.vector_reads(k);
+        if !k.body.iter().any(|i| matches!(i, Instr::Cat { .. })) {
+            let (range, after) = (ranges(k), read_after(k));
+            pairs(k, &plan.scalar, &range, &after, &mut plan.step);
+            plan.registers(k, &range, after.clone());
+            plan.vector_read = after;
+            for q in 0..n {
+                for o in plan.reads(k, q) {
+                    plan.vector_read[o] = true;
+                }
+            }
         }
         plan
     }
 
-    /// The instructions `q` reads as its step runs: a pair reads the operands of the op it absorbed.
+    /// The instructions `q` reads as vectors as its step runs: a pair reads the operands of the op it absorbed, and
+    /// a float binary op reads a constant operand as a value, not a vector.
     pub fn reads(&self, k: &Kernel, q: usize) -> SmallVec<[usize; 3]> {
-        match self.step[q] {
-            Step::Skip => SmallVec::new(),
-            Step::Pair { x, y, .. } if x == y => smallvec![x],
-            Step::Pair { x, y, .. } => smallvec![x, y],
-            Step::Mapped { x, y, cx, cy, .. } => {
-                let mut v: SmallVec<[usize; 3]> = SmallVec::new();
-                if cx.is_none() {
-                    v.push(x);
+        let vector = |c: Option<f32>| c.is_none();
+        let (x, y) = match (self.step[q], &k.body[q]) {
+            (Step::Skip, _) => return SmallVec::new(),
+            (Step::Pair { x, y, .. }, _) => (Some(x), Some(y)),
+            (Step::Mapped { x, y, cx, cy, .. }, _) => (vector(cx).then_some(x), vector(cy).then_some(y)),
+            // As the Binary arm of `eval` reads them: a constant right operand, else a constant left operand, is
+            // read as a value.
+            (Step::Plain, &Instr::Binary(op, a, b)) if k.types[q].class() == Class::Float && !op.is_compare() => {
+                match (self.scalar[a], self.scalar[b]) {
+                    (_, Some(_)) => (Some(a), None),
+                    (Some(_), None) => (None, Some(b)),
+                    (None, None) => (Some(a), Some(b)),
                 }
-                if cy.is_none() && !(cx.is_none() && x == y) {
-                    v.push(y);
-                }
-                v
             }
-            Step::Plain => operands(&k.body[q]),
-        }
+            (Step::Plain, instr) => return operands(instr),
+        };
+        let mut v: SmallVec<[usize; 3]> = x.into_iter().collect();
+        v.extend(y.filter(|y| Some(*y) != x));
+        v
     }
 
     /// Assigns each instruction a register, reusing one once the last instruction reading it has run: a chain of
     /// n ops then keeps a few batch-sized vectors hot in L1 instead of n (chain16 had 27 registers of 4 KiB, past
-    /// the L1). Values read after their range or from another range, and constants (filled once per task), keep
-    /// theirs.
-    fn registers(&mut self, k: &Kernel) {
+    /// the L1). Values read after their range (`pinned` on entry) or from another range, and constants (filled
+    /// once per task), keep theirs.
+    fn registers(&mut self, k: &Kernel, range: &[usize], mut pinned: Vec<bool>) {
         let n = k.body.len();
-        let range = ranges(k);
-        let mut pinned = read_after(k);
         let mut last: Vec<Option<usize>> = vec![None; n];
         for q in 0..n {
             pinned[q] |= matches!(k.body[q], Instr::Scalar(_));
@@ -182,31 +187,11 @@ impl Plan {
         }
         self.slots = count;
     }
-
-    /// Which values something reads as a vector, as `eval` reads them.
-    fn vector_reads(&mut self, k: &Kernel) {
-        let mut read = read_after(k);
-        for (q, instr) in k.body.iter().enumerate() {
-            match (self.step[q], instr) {
-                (Step::Skip, _) => {}
-                (Step::Pair { x, y, .. }, _) => (read[x], read[y]) = (true, true),
-                (Step::Mapped { .. }, _) => self.reads(k, q).into_iter().for_each(|o| read[o] = true),
-                (Step::Plain, Instr::Binary(op, a, b)) if k.types[q].class() == Class::Float && !op.is_compare() => {
-                    match (self.scalar[*a], self.scalar[*b]) {
-                        (_, Some(_)) => read[*a] = true,
-                        (Some(_), None) => read[*b] = true,
-                        (None, None) => (read[*a], read[*b]) = (true, true),
-                    }
-                }
-                (Step::Plain, other) => operands(other).into_iter().for_each(|o| read[o] = true),
-            }
-        }
-        self.vector_read = read;
-    }
 }
 
-/// Marks each float `op2(op1(x, y), s)` whose inner op has no other reader (and is no output) as a pair.
-fn pairs(k: &Kernel, scalar: &[Option<f32>], step: &mut [Step]) {
+/// Marks each float `op2(op1(x, y), s)` as a [`Step::Pair`] and each f32 `u(op1(x, y))` as a [`Step::Mapped`],
+/// where the inner `op1` has no other reader and is no value read after its range.
+fn pairs(k: &Kernel, scalar: &[Option<f32>], range: &[usize], after: &[bool], step: &mut [Step]) {
     let n = k.body.len();
     let mut readers = vec![0usize; n];
     for instr in &k.body {
@@ -214,52 +199,33 @@ fn pairs(k: &Kernel, scalar: &[Option<f32>], step: &mut [Step]) {
             readers[o] += 1;
         }
     }
-    let after = read_after(k);
-    let range = ranges(k);
     let float = |i: usize| k.types[i].class() == Class::Float;
+    let f32_at = |i: usize| k.types[i] == DType::F32;
+    // Instructions ascend, so `p < q` has its own step settled when `q` asks for it.
     for q in 0..n {
-        let Instr::Binary(op2, a, b) = k.body[q] else { continue };
-        let (p, s, scalar_left) = match (scalar[a], scalar[b]) {
-            (None, Some(s)) => (a, s, false),
-            (Some(s), None) => (b, s, true),
+        let p = match k.body[q] {
+            Instr::Binary(_, a, b) if scalar[a].is_none() && scalar[b].is_some() => a,
+            Instr::Binary(_, a, b) if scalar[a].is_some() && scalar[b].is_none() => b,
+            Instr::Unary(_, a) => a,
             _ => continue,
         };
         let Instr::Binary(op1, x, y) = k.body[p] else { continue };
-        let plain = |i: usize| scalar[i].is_none();
-        if pairable(op1)
-            && pairable(op2)
-            && float(q)
-            && float(p)
-            && plain(x)
-            && plain(y)
-            && readers[p] == 1
-            && !after[p]
-            && range[p] == range[q]
-            && step[p] == Step::Plain
-        {
-            step[p] = Step::Skip;
-            step[q] = Step::Pair { op1, x, y, op2, s, scalar_left };
+        if !pairable(op1) || readers[p] != 1 || after[p] || range[p] != range[q] || step[p] != Step::Plain {
+            continue;
         }
-    }
-    // Then `u(op1(x, y))`, f32 only, at most one constant operand.
-    let f32_at = |i: usize| k.types[i] == DType::F32;
-    for q in 0..n {
-        let Instr::Unary(u, p) = k.body[q] else { continue };
-        let Instr::Binary(op1, x, y) = k.body[p] else { continue };
         let (cx, cy) = (scalar[x], scalar[y]);
-        if mappable(u)
-            && pairable(op1)
-            && f32_at(q)
-            && f32_at(p)
-            && (cx.is_none() || cy.is_none())
-            && readers[p] == 1
-            && !after[p]
-            && range[p] == range[q]
-            && step[p] == Step::Plain
-        {
-            step[p] = Step::Skip;
-            step[q] = Step::Mapped { u, op1, x, y, cx, cy };
-        }
+        step[q] = match k.body[q] {
+            Instr::Binary(op2, a, b) if pairable(op2) && float(q) && float(p) && cx.is_none() && cy.is_none() => {
+                let scalar_left = a != p;
+                let s = scalar[if scalar_left { a } else { b }].expect("a constant operand");
+                Step::Pair { op1, x, y, op2, s, scalar_left }
+            }
+            Instr::Unary(u, _) if mappable(u) && f32_at(q) && f32_at(p) && (cx.is_none() || cy.is_none()) => {
+                Step::Mapped { u, op1, x, y, cx, cy }
+            }
+            _ => continue,
+        };
+        step[p] = Step::Skip;
     }
 }
 

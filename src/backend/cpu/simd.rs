@@ -7,12 +7,12 @@ use super::math::Vector;
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 
 #[cfg(target_arch = "x86_64")]
-fn avx2() -> bool {
+fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2")
 }
 
 #[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
+fn has_avx512() -> bool {
     // The AVX-512 loops are compiled with AVX2 enabled too; a virtual machine may hide one and not the other.
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx2")
 }
@@ -24,65 +24,89 @@ fn wide(op: UnaryOp) -> bool {
     matches!(op, UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu | UnaryOp::Gelu)
 }
 
-/// `op` over `a` into `out`.
-pub fn unary(op: UnaryOp, a: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx512() && wide(op) {
-        // SAFETY: the processor has AVX-512F (checked above).
-        return unsafe { unary_avx512(op, a, out) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 (checked above).
-        return unsafe { unary_avx2(op, a, out) };
-    }
-    op.eval_slice::<Vector>(a, out)
+/// Each loop as a public function that runs its body compiled for AVX2 where the processor has it (and, where the
+/// `wide` condition holds, for AVX-512), else for the baseline target. The body is always inlined into each.
+macro_rules! loops {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(wide if $wide:expr;)? $body:block
+    )*) => {$(
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,avx512f")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if (false $(|| $wide)?) && has_avx512() {
+                    // SAFETY: the processor has AVX-512F and AVX2 (checked above).
+                    return unsafe { avx512($($arg),*) };
+                }
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if has_avx2() {
+                    // SAFETY: the processor has AVX2 (checked above).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    )*};
 }
 
-/// `op` over `a` and `b` into `out`.
-pub fn binary(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 (checked above).
-        return unsafe { binary_avx2(op, a, b, out) };
+loops! {
+    /// `op` over `a` into `out`.
+    fn unary(op: UnaryOp, a: &[f32], out: &mut [f32]) wide if wide(op); {
+        op.eval_slice::<Vector>(a, out)
     }
-    op.eval_slice(a, b, out)
-}
 
-/// `op` over `a` and the constant `s` (`a op s`) into `out`.
-pub fn binary_scalar(op: BinaryOp, a: &[f32], s: f32, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 (checked above).
-        return unsafe { binary_scalar_avx2(op, a, s, out) };
+    /// `op` over `a` and `b` into `out`.
+    fn binary(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+        op.eval_slice(a, b, out)
     }
-    op.eval_slice_scalar(a, s, out)
-}
 
-/// `op` over the constant `s` and `b` (`s op b`) into `out`.
-pub fn scalar_binary(op: BinaryOp, s: f32, b: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 (checked above).
-        return unsafe { scalar_binary_avx2(op, s, b, out) };
+    /// `op` over `a` and the constant `s` (`a op s`) into `out`.
+    fn binary_scalar(op: BinaryOp, a: &[f32], s: f32, out: &mut [f32]) {
+        op.eval_slice_scalar(a, s, out)
     }
-    op.scalar_eval_slice(s, b, out)
-}
 
-/// `op2(op1(x, y), s)` (`op2(s, op1(x, y))` where `scalar_left`) into `out`: a pair of ops in one pass.
-pub fn pair(op1: BinaryOp, op2: BinaryOp, x: &[f32], y: &[f32], s: f32, scalar_left: bool, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 (checked above).
-        return unsafe { pair_avx2(op1, op2, x, y, s, scalar_left, out) };
+    /// `op` over the constant `s` and `b` (`s op b`) into `out`.
+    fn scalar_binary(op: BinaryOp, s: f32, b: &[f32], out: &mut [f32]) {
+        op.scalar_eval_slice(s, b, out)
     }
-    pair_generic(op1, op2, x, y, s, scalar_left, out)
-}
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn pair_avx2(op1: BinaryOp, op2: BinaryOp, x: &[f32], y: &[f32], s: f32, scalar_left: bool, out: &mut [f32]) {
-    pair_generic(op1, op2, x, y, s, scalar_left, out)
+    /// `op2(op1(x, y), s)` (`op2(s, op1(x, y))` where `scalar_left`) into `out`: a pair of ops in one pass.
+    fn pair(op1: BinaryOp, op2: BinaryOp, x: &[f32], y: &[f32], s: f32, scalar_left: bool, out: &mut [f32]) {
+        pair_generic(op1, op2, x, y, s, scalar_left, out)
+    }
+
+    /// `u(op1(x, y))` into `out` in one pass (see [`super::regs::Step::Mapped`]).
+    fn mapped(u: UnaryOp, op1: BinaryOp, x: Src, y: Src, out: &mut [f32]) wide if wide(u); {
+        mapped_generic(u, op1, x, y, out)
+    }
+
+    /// The comparison `op` of float lanes `a` and `b` as 0/1 lanes into `out`.
+    fn compare(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [u32]) {
+        op.compare_slice(a, b, out)
+    }
+
+    /// Per element, `a` where the bool lane `c` is set, else `b` (lanes of any type, moved as bits). Zipped, not
+    /// indexed, so there are no bounds checks and the loop becomes blends.
+    fn select(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
+        for (((o, &c), &a), &b) in out.iter_mut().zip(c).zip(a).zip(b) {
+            *o = if c.to_bits() != 0 { a } else { b };
+        }
+    }
+
+    /// Folds `values` into 8 running folds, element `j` into `acc[j % 8]`.
+    fn fold8(op: ReduceOp, values: &[f32], acc: &mut [f32; 8]) {
+        fold8_generic(op, values, acc)
+    }
 }
 
 /// One loop per (op1, op2, side): each op is a constant in its loop, so `eval` folds to its expression and the
@@ -130,33 +154,6 @@ fn pair_loop(x: &[f32], y: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32,
 pub enum Src<'a> {
     Slice(&'a [f32]),
     Const(f32),
-}
-
-/// `u(op1(x, y))` into `out` in one pass (see [`super::regs::Step::Mapped`]).
-pub fn mapped(u: UnaryOp, op1: BinaryOp, x: Src, y: Src, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx512() && wide(u) {
-        // SAFETY: the processor has AVX-512F and AVX2 (checked above).
-        return unsafe { mapped_avx512(u, op1, x, y, out) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 (checked above).
-        return unsafe { mapped_avx2(u, op1, x, y, out) };
-    }
-    mapped_generic(u, op1, x, y, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,avx512f")]
-unsafe fn mapped_avx512(u: UnaryOp, op1: BinaryOp, x: Src, y: Src, out: &mut [f32]) {
-    mapped_generic(u, op1, x, y, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn mapped_avx2(u: UnaryOp, op1: BinaryOp, x: Src, y: Src, out: &mut [f32]) {
-    mapped_generic(u, op1, x, y, out)
 }
 
 /// One loop per (u, op1, operand form), each op a constant in its loop so the loop vectorizes.
@@ -209,92 +206,6 @@ fn mapped_generic(u: UnaryOp, op1: BinaryOp, x: Src, y: Src, out: &mut [f32]) {
         UnaryOp::Abs => binary!(Abs),
         u => unreachable!("{} is not mapped", u.name()),
     }
-}
-
-/// The comparison `op` of float lanes `a` and `b` as 0/1 lanes into `out`.
-pub fn compare(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [u32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 (checked above).
-        return unsafe { compare_avx2(op, a, b, out) };
-    }
-    op.compare_slice(a, b, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn compare_avx2(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [u32]) {
-    op.compare_slice(a, b, out)
-}
-
-/// Per element, `a` where the bool lane `c` is set, else `b` (lanes of any type, moved as bits).
-pub fn select(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 (checked above).
-        return unsafe { select_avx2(c, a, b, out) };
-    }
-    select_generic(c, a, b, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn select_avx2(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
-    select_generic(c, a, b, out)
-}
-
-/// Zipped, not indexed, so there are no bounds checks and the loop becomes blends.
-#[inline(always)]
-fn select_generic(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
-    for (((o, &c), &a), &b) in out.iter_mut().zip(c).zip(a).zip(b) {
-        *o = if c.to_bits() != 0 { a } else { b };
-    }
-}
-
-/// Folds `values` into 8 running folds, element `j` into `acc[j % 8]`.
-pub fn fold8(op: ReduceOp, values: &[f32], acc: &mut [f32; 8]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 (checked above).
-        return unsafe { fold8_avx2(op, values, acc) };
-    }
-    fold8_generic(op, values, acc)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn unary_avx2(op: UnaryOp, a: &[f32], out: &mut [f32]) {
-    op.eval_slice::<Vector>(a, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,avx512f")]
-unsafe fn unary_avx512(op: UnaryOp, a: &[f32], out: &mut [f32]) {
-    op.eval_slice::<Vector>(a, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn binary_avx2(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
-    op.eval_slice(a, b, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn binary_scalar_avx2(op: BinaryOp, a: &[f32], s: f32, out: &mut [f32]) {
-    op.eval_slice_scalar(a, s, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn scalar_binary_avx2(op: BinaryOp, s: f32, b: &[f32], out: &mut [f32]) {
-    op.scalar_eval_slice(s, b, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn fold8_avx2(op: ReduceOp, values: &[f32], acc: &mut [f32; 8]) {
-    fold8_generic(op, values, acc)
 }
 
 #[inline(always)]

@@ -22,19 +22,6 @@ fn hash(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// The cache directory: `LAZOR_CACHE_DIR` when set (set and empty: no disk cache), else the user's cache
-/// directory (`$XDG_CACHE_HOME/lazor`, `~/.cache/lazor`, or `%LOCALAPPDATA%\lazor` on Windows).
-pub fn dir() -> Option<PathBuf> {
-    if let Some(v) = std::env::var_os("LAZOR_CACHE_DIR") {
-        return (!v.is_empty()).then(|| PathBuf::from(v));
-    }
-    let non_empty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if cfg!(windows) {
-        return non_empty("LOCALAPPDATA").map(|d| d.join("lazor"));
-    }
-    non_empty("XDG_CACHE_HOME").or_else(|| non_empty("HOME").map(|h| h.join(".cache"))).map(|d| d.join("lazor"))
-}
-
 /// The driver's data in a cache file, or why it cannot be used.
 fn parse(file: &[u8]) -> Result<&[u8], &'static str> {
     if file.len() < HEADER || &file[..8] != MAGIC {

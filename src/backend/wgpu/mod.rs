@@ -55,7 +55,7 @@ impl WgpuBackend {
         let coop = AtomicBool::new(gpu.coop && !crate::env::no_coop());
         let pool = pool::Pool::new(crate::backend::free::budget(gpu.memory));
         let mut pipelines = pipelines::Pipelines::default();
-        pipelines.disk = disk_cache::DiskCache::open(&gpu.device, &gpu.info, disk_cache::dir());
+        pipelines.disk = disk_cache::DiskCache::open(&gpu.device, &gpu.info, crate::env::cache_dir());
         let state = State {
             pool,
             bind_groups: Default::default(),
