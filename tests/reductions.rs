@@ -269,17 +269,22 @@ fn rows_kernels_hold_short_rows_in_registers_and_stream_long_ones() {
             let k = dispatches(&dev, || drop(check(&ln, 1e-4, 1e-5, &format!("layer norm [300, {cols}]"))));
             assert_eq!(k, 1, "layer norm [300, {cols}]: one rows kernel");
             // Narrow inputs (widened as they load), and an input read both directly and through a view.
+            let mut more = Vec::new();
             for dt in [DType::F16, DType::BF16] {
                 let h = x.to_dtype(dt);
                 h.realize().unwrap();
-                check(&h.softmax(-1), 2e-2, 1e-4, &format!("{dt} softmax [300, {cols}]"));
+                more.push((h.softmax(-1), 2e-2, 1e-4, format!("{dt} softmax [300, {cols}]")));
             }
             let t = stored(&dev, &mut rng, &[cols, 300]);
-            let mixed = (&x + &t.t()).softmax(-1);
-            check(&mixed, 1e-5, 1e-7, &format!("softmax of x + a transposed view [300, {cols}]"));
+            let what = format!("softmax of x + a transposed view [300, {cols}]");
+            more.push(((&x + &t.t()).softmax(-1), 1e-5, 1e-7, what));
             let y = stored(&dev, &mut rng, &[301, cols]);
-            let shifted = (&y.narrow(0, 0, 300) * &y.narrow(0, 1, 300)).softmax(-1);
-            check(&shifted, 1e-5, 1e-7, &format!("softmax of one input read at two offsets [300, {cols}]"));
+            let what = format!("softmax of one input read at two offsets [300, {cols}]");
+            more.push(((&y.narrow(0, 0, 300) * &y.narrow(0, 1, 300)).softmax(-1), 1e-5, 1e-7, what));
+            for (t, rel, abs, what) in more {
+                let k = dispatches(&dev, || drop(check(&t, rel, abs, &what)));
+                assert_eq!(k, 1, "{what}: one rows kernel");
+            }
         }
     }
 }
