@@ -66,9 +66,9 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         } else {
             accumulate(&mut e, &f, "lo + lane_t", "team", "hi", 1, false);
         }
-        tree(&mut e, r.op, dt, subgroups, 1);
+        tree(&mut e, r.op, dt, subgroups, 1, 0, false);
         e.line(1, "if (lane_t != 0u || !valid) { return; }");
-        e.line(1, &format!("let folded = bitcast<{}>(red[root]);", lane_type(dt, 1)));
+        e.line(1, &format!("let folded = bitcast<{}>(total);", lane_type(dt, 1)));
     } else {
         accumulate(&mut e, &f, "lo", "1u", "hi", 1, false);
         e.line(1, "let folded = acc;");
@@ -189,10 +189,17 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
     }
 }
 
-/// Folds `acc` across each team (`team` threads, `lane_t` the thread's place in it) into `red[root]`, valid for
-/// every thread of the team after the last barrier: subgroups first where `subgroups` (and no subgroup is wider
-/// than the team), then a tree in workgroup memory.
-pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, subgroups: bool, depth: usize) {
+/// Folds `acc` across each team (`team` threads, `lane_t` the thread's place in it) into `total` (the result's
+/// bits), valid for every thread of the team: subgroups first where `subgroups` (and no subgroup is wider than the
+/// team), then the subgroups' results.
+///
+/// Where a team has at most `lanes` subgroups (a team of 256 on subgroups of 16 or more), each subgroup folds the
+/// subgroups' results again with one more subgroup operation: one barrier in all, and `red` is written only at
+/// `region..region + 64`, so a kernel folding again can alternate regions and skip the barrier that would protect
+/// `red` from the next fold's writes. Otherwise a tree in workgroup memory, one barrier a level, and (with
+/// `again`: `red` is written again later) a last barrier after `total` is read. Both orders are fixed for an
+/// adapter, so results repeat bit for bit.
+pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, subgroups: bool, depth: usize, region: u32, again: bool) {
     let dt = dt.lanes();
     let ty = lane_type(dt, 1);
     // `red` holds words: each operand is read through a bitcast and the result written back as bits.
@@ -200,32 +207,57 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, subgroups: bool, de
         let v = e.b.binary(op.combine(), dt, &format!("bitcast<{ty}>({a})"), &format!("bitcast<{ty}>({b})"));
         format!("bitcast<u32>({v})")
     };
-    e.line(depth, "var root: u32;");
+    e.line(depth, "var total: u32;");
     let d = if subgroups {
-        e.line(depth, "if (lanes <= team) {");
-        // Each subgroup folds its lanes at once; its first lane hands the result to a (shorter) tree.
         let sg = match op {
             ReduceOp::Sum => "subgroupAdd",
             ReduceOp::Prod => "subgroupMul",
             ReduceOp::Max => "subgroupMax",
             ReduceOp::Min => "subgroupMin",
         };
-        if matches!(op, ReduceOp::Max | ReduceOp::Min) && dt.is_float() {
-            // Hardware max and min may drop NaN; lazor's propagate it.
-            e.line(depth + 1, "let nan = subgroupAny((bitcast<u32>(acc) & 0x7fffffffu) > 0x7f800000u);");
-            e.line(depth + 1, &format!("let part = select({sg}(acc), bitcast<f32>(0x7fc00000u), nan);"));
-        } else {
-            e.line(depth + 1, &format!("let part = {sg}(acc);"));
-        }
-        e.line(depth + 1, "if (lane == 0u) { red[lid.x / lanes] = bitcast<u32>(part); }");
+        // Hardware max and min may drop NaN; lazor's propagate it.
+        let nan_aware = matches!(op, ReduceOp::Max | ReduceOp::Min) && dt.is_float();
+        let fold = |e: &mut Emitter, name: &str, v: &str, depth: usize| {
+            if nan_aware {
+                e.line(
+                    depth,
+                    &format!("let {name}_nan = subgroupAny((bitcast<u32>({v}) & 0x7fffffffu) > 0x7f800000u);"),
+                );
+                e.line(depth, &format!("let {name} = select({sg}({v}), bitcast<f32>(0x7fc00000u), {name}_nan);"));
+            } else {
+                e.line(depth, &format!("let {name} = {sg}({v});"));
+            }
+        };
+        e.line(depth, "if (lanes <= team) {");
+        // Each subgroup folds its lanes at once; its first lane hands the result on.
+        fold(e, "part", "acc", depth + 1);
+        e.line(depth + 1, &format!("if (lane == 0u) {{ red[{region}u + lid.x / lanes] = bitcast<u32>(part); }}"));
         e.line(depth + 1, "workgroupBarrier();");
         e.line(depth + 1, "let base = (lid.x - lane_t) / lanes;");
-        e.line(depth + 1, "for (var s = team / lanes / 2u; s > 0u; s = s >> 1u) {");
-        let p = pair(e, "red[base + lane_t]", "red[base + lane_t + s]");
-        e.line(depth + 2, &format!("if (lane_t < s) {{ red[base + lane_t] = {p}; }}"));
-        e.line(depth + 2, "workgroupBarrier();");
+        e.line(depth + 1, "if (team <= lanes * lanes) {");
+        // Lanes past the team's subgroups contribute the fold's identity.
+        let identity = format!("bitcast<{ty}>({}u)", op.identity_lane(dt));
+        e.line(
+            depth + 2,
+            &format!(
+                "let mine = select({identity}, bitcast<{ty}>(red[{region}u + base + min(lane, team / lanes - 1u)]), \
+                 lane < team / lanes);"
+            ),
+        );
+        fold(e, "all", "mine", depth + 2);
+        e.line(depth + 2, "total = bitcast<u32>(all);");
+        e.line(depth + 1, "} else {");
+        e.line(depth + 2, &format!("let at = {region}u + base;"));
+        e.line(depth + 2, "for (var s = team / lanes / 2u; s > 0u; s = s >> 1u) {");
+        let p = pair(e, "red[at + lane_t]", "red[at + lane_t + s]");
+        e.line(depth + 3, &format!("if (lane_t < s) {{ red[at + lane_t] = {p}; }}"));
+        e.line(depth + 3, "workgroupBarrier();");
+        e.line(depth + 2, "}");
+        e.line(depth + 2, "total = red[at];");
+        if again {
+            e.line(depth + 2, "workgroupBarrier();");
+        }
         e.line(depth + 1, "}");
-        e.line(depth + 1, "root = base;");
         e.line(depth, "} else {");
         depth + 1
     } else {
@@ -238,7 +270,10 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, subgroups: bool, de
     e.line(d + 1, &format!("if (lane_t < s) {{ red[lid.x] = {p}; }}"));
     e.line(d + 1, "workgroupBarrier();");
     e.line(d, "}");
-    e.line(d, "root = lid.x - lane_t;");
+    e.line(d, "total = red[lid.x - lane_t];");
+    if again {
+        e.line(d, "workgroupBarrier();");
+    }
     if subgroups {
         e.line(depth, "}");
     }

@@ -92,14 +92,13 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
                 e.line(depth, &format!("var f{n}: {ty};"));
                 e.line(depth, "{");
                 accumulate(e, &fold, "lane_t", "team", end, depth + 1, cached);
-                tree(e, *op, dt, e.target_subgroups(), depth + 1);
-                e.line(depth + 1, &format!("f{n} = bitcast<{ty}>(red[root]);"));
+                // Folds alternate between two regions of `red`, so with subgroups one barrier a fold suffices.
+                tree(e, *op, dt, e.target_subgroups(), depth + 1, (n % 2) as u32 * 128, true);
+                e.line(depth + 1, &format!("f{n} = bitcast<{ty}>(total);"));
                 if let Some(out) = output {
                     let st = e.store(*out, "o", &format!("f{n}"));
                     e.line(depth + 1, &format!("if (lane_t == 0u && valid) {{ {st} }}"));
                 }
-                // Before the next fold writes `red` again.
-                e.line(depth + 1, "workgroupBarrier();");
                 e.line(depth, "}");
                 // `accumulate` left the emitter scalar for the fold's result; the next phase is wide again.
                 if wide {
