@@ -43,6 +43,8 @@ pub(super) struct Emitter<'a> {
     /// In a rows kernel's cached path: the slot of the row's values that loads at the kernel's own index read
     /// (`rc{input}[slot]`) instead of memory.
     pub cache: Option<usize>,
+    /// Instructions emitted once ahead of a loop over a row ([`Emitter::hoist`]): `range` leaves them out.
+    hoisted: Vec<bool>,
 }
 
 /// How a buffer of a dtype is bound and addressed.
@@ -288,6 +290,10 @@ impl Emitter<'_> {
     pub fn range(&mut self, r: std::ops::Range<usize>, depth: usize) {
         let mut i = r.start;
         while i < r.end {
+            if self.hoisted[i] {
+                i += 1;
+                continue;
+            }
             let cat = self.cat_starts.get(&i).and_then(|qs| qs.iter().copied().filter(|&q| q < r.end).max());
             match cat {
                 Some(q) => {
@@ -304,6 +310,31 @@ impl Emitter<'_> {
 }
 
 impl<'a> Emitter<'a> {
+    /// Emits at `depth`, once, the instructions of `body` whose value is the same for a whole row: parameters,
+    /// fold results and what is computed from them alone; `range` leaves them out until [`Emitter::unhoist`].
+    /// A store to an output may alias the parameter buffer for all the driver knows, so without this a
+    /// row's per-element code reloads and recomputes them after every store.
+    pub fn hoist(&mut self, body: std::ops::Range<usize>, depth: usize) {
+        for n in body {
+            let uniform = match &self.k.body[n] {
+                Instr::Scalar(_) | Instr::Folded(_) => true,
+                Instr::Unary(_, a) | Instr::Cast(a) => self.hoisted[*a],
+                Instr::Binary(_, a, b) => self.hoisted[*a] && self.hoisted[*b],
+                Instr::Select(a, b, c) => self.hoisted[*a] && self.hoisted[*b] && self.hoisted[*c],
+                _ => false,
+            };
+            if uniform {
+                self.instr(n, depth);
+                self.hoisted[n] = true;
+            }
+        }
+    }
+
+    /// Ends a [`Emitter::hoist`]: its instructions' scope has closed.
+    pub fn unhoist(&mut self) {
+        self.hoisted.iter_mut().for_each(|h| *h = false);
+    }
+
     /// An emitter for `k` on `target`, its bindings declared: 0 parameters, then outputs, then inputs.
     pub fn new(k: &'a Kernel, target: &Target) -> Emitter<'a> {
         Emitter::with_octets(k, target, &[])
@@ -339,6 +370,7 @@ impl<'a> Emitter<'a> {
             target: *target,
             wide_out,
             cache: None,
+            hoisted: vec![false; k.body.len()],
         };
         e.b.params(k.params.len());
         for (o, &dt) in k.out_types.iter().enumerate() {

@@ -91,6 +91,7 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
                 let ty = lane_type(dt.lanes(), 1);
                 e.line(depth, &format!("var f{n}: {ty};"));
                 e.line(depth, "{");
+                e.hoist(body.clone(), depth + 1);
                 accumulate(e, &fold, "lane_t", "team", end, depth + 1, cached);
                 // Folds alternate between two regions of `red`, so with subgroups one barrier a fold suffices.
                 tree(e, *op, dt, e.target_subgroups(), depth + 1, (n % 2) as u32 * 128, true);
@@ -100,6 +101,7 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
                     e.line(depth + 1, &format!("if (lane_t == 0u && valid) {{ {st} }}"));
                 }
                 e.line(depth, "}");
+                e.unhoist();
                 // `accumulate` left the emitter scalar for the fold's result; the next phase is wide again.
                 if wide {
                     e.wide = true;
@@ -108,29 +110,37 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
                 n += 1;
             }
             Phase::Map { body, outputs } if cached => {
+                e.line(depth, "{");
+                e.hoist(body.clone(), depth + 1);
                 for u in 0..UNROLL {
-                    step(e, axis, u, depth);
+                    step(e, axis, u, depth + 1);
                     e.cache = Some(u);
-                    e.range(body.clone(), depth + 2);
+                    e.range(body.clone(), depth + 3);
                     e.cache = None;
                     for &out in outputs {
                         let st = e.store(out, "i", &format!("t{}", k.outputs[out].1));
-                        e.line(depth + 2, &st);
+                        e.line(depth + 3, &st);
                     }
+                    e.line(depth + 2, "}");
                     e.line(depth + 1, "}");
-                    e.line(depth, "}");
-                }
-            }
-            Phase::Map { body, outputs } => {
-                e.line(depth, &format!("for (var r = lane_t; r < {end}; r = r + team) {{"));
-                // In vectors when wide: loads and stores at the kernel's own index take 4 elements from there.
-                own_index(e, axis, "r", depth + 1);
-                e.range(body.clone(), depth + 1);
-                for &out in outputs {
-                    let st = e.store(out, "i", &format!("t{}", k.outputs[out].1));
-                    e.line(depth + 1, &st);
                 }
                 e.line(depth, "}");
+                e.unhoist();
+            }
+            Phase::Map { body, outputs } => {
+                e.line(depth, "{");
+                e.hoist(body.clone(), depth + 1);
+                e.line(depth + 1, &format!("for (var r = lane_t; r < {end}; r = r + team) {{"));
+                // In vectors when wide: loads and stores at the kernel's own index take 4 elements from there.
+                own_index(e, axis, "r", depth + 2);
+                e.range(body.clone(), depth + 2);
+                for &out in outputs {
+                    let st = e.store(out, "i", &format!("t{}", k.outputs[out].1));
+                    e.line(depth + 2, &st);
+                }
+                e.line(depth + 1, "}");
+                e.line(depth, "}");
+                e.unhoist();
             }
         }
     }
