@@ -376,6 +376,11 @@ fn rows_kernels_read_views_and_concatenations_and_write_their_folds() {
             (Tensor::cat(&[&a, &b.exp()], -1).softmax(-1), "softmax of a concatenation along the rows"),
             (Tensor::cat(&[&a, &c.t()], 0).softmax(-1), "softmax of a concatenation across the rows"),
             (c.t().log_softmax(-1), "log_softmax of a transposed tensor"),
+            // A part that is a constant: values the same for the whole row, inside the concatenation's branches.
+            (
+                Tensor::cat(&[&Tensor::full_on([40, 1], 0.5f32, &dev).expand([40, 3]), &a], 1).softmax(-1),
+                "softmax of a concatenation whose first part is a constant",
+            ),
             (
                 (&a - a.mean_keepdim(-1)) / (a.var_keepdim(-1) + 1e-5).sqrt() * 2.0 + &b.narrow(1, 0, 1),
                 "layer norm, scaled",

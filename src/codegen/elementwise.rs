@@ -290,11 +290,11 @@ impl Emitter<'_> {
     pub fn range(&mut self, r: std::ops::Range<usize>, depth: usize) {
         let mut i = r.start;
         while i < r.end {
-            if self.hoisted[i] {
+            let cat = self.cat_starts.get(&i).and_then(|qs| qs.iter().copied().filter(|&q| q < r.end).max());
+            if cat.is_none() && self.hoisted[i] {
                 i += 1;
                 continue;
             }
-            let cat = self.cat_starts.get(&i).and_then(|qs| qs.iter().copied().filter(|&q| q < r.end).max());
             match cat {
                 Some(q) => {
                     self.instr(q, depth);
@@ -315,7 +315,19 @@ impl<'a> Emitter<'a> {
     /// A store to an output may alias the parameter buffer for all the driver knows, so without this a
     /// row's per-element code reloads and recomputes them after every store.
     pub fn hoist(&mut self, body: std::ops::Range<usize>, depth: usize) {
+        // A concatenation's parts are emitted inside its branches, in their own frames: left alone.
+        let mut in_cat = vec![false; self.k.body.len()];
+        for instr in &self.k.body[body.clone()] {
+            if let Instr::Cat { parts, .. } = instr {
+                for part in parts {
+                    in_cat[part.body.clone()].iter_mut().for_each(|c| *c = true);
+                }
+            }
+        }
         for n in body {
+            if in_cat[n] {
+                continue;
+            }
             let uniform = match &self.k.body[n] {
                 Instr::Scalar(_) | Instr::Folded(_) => true,
                 Instr::Unary(_, a) | Instr::Cast(a) => self.hoisted[*a],

@@ -101,84 +101,98 @@ impl WgpuBackend {
             buffer
         });
 
-        let t_upload = t0.elapsed();
+        // Buffers and bind groups of every kernel, in the order the kernels run (a buffer released after kernel n
+        // may hold an output of kernel n + 1), and the read-backs' staging buffers: all that can fail, before
+        // anything is recorded into the batch. A bad command would poison the batch's pass and with it the
+        // held-back realizes of other calls.
         let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
+        let mut dispatches = Vec::with_capacity(job.kernels.len());
+        for (n, kernel) in job.kernels.iter().enumerate() {
+            for &(slot, _) in &kernel.outputs {
+                let key = st.pool.alloc(&gpu.device, job.buffers[slot].bytes, stats);
+                keys[slot] = Some(key);
+            }
+            let (offset, size) = param_at[n];
+            let mut ranges: SmallVec<[(wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
+            ranges.push((param_buf.clone().expect("params"), offset, size));
+            let slots = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
+            for slot in slots {
+                let key = keys[slot].expect("a kernel's inputs are written before it runs");
+                ranges.push((st.pool.get(key).clone(), 0, bound(job.buffers[slot].bytes)));
+            }
+            let bind_group = st.bind_groups.get(&gpu.device, &compiled[n].pipeline, &compiled[n].layout, ranges);
+            dispatches.push((bind_group, codegen::dispatch_size(kernel.threads(), max_groups)));
+            // The queue runs in order: whoever takes this buffer next writes it after this kernel read it.
+            for &slot in &job.frees[n] {
+                if let Some(key) = keys[slot].take() {
+                    st.pool.release(key, stats);
+                }
+            }
+        }
+        let staged: Vec<wgpu::Buffer> =
+            job.reads.iter().map(|&slot| st.pool.staging(&gpu.device, job.buffers[slot].bytes, stats)).collect();
+        let t_upload = t0.elapsed();
+        if let Err(e) = scopes.pop() {
+            st.params.forget(&params);
+            // What this job created goes back: the values may be garbage.
+            for (b, key) in job.buffers.iter().zip(keys) {
+                if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_))) {
+                    st.pool.release(key, stats);
+                }
+            }
+            return Err(e);
+        }
+
+        // Recording: valid objects only, so nothing here fails short of a lost device.
+        let scopes = Scopes::push(&gpu.device);
         let has_work = !job.kernels.is_empty() || uploads || !job.reads.is_empty();
         let mut batch = st.batch.take().unwrap_or_else(|| batch::Open::new(&gpu.device));
         if !job.kernels.is_empty() {
             let pass = batch.pass();
-            for (n, kernel) in job.kernels.iter().enumerate() {
-                for &(slot, _) in &kernel.outputs {
-                    let key = st.pool.alloc(&gpu.device, job.buffers[slot].bytes, stats);
-                    keys[slot] = Some(key);
-                }
-                let (offset, size) = param_at[n];
-                let mut ranges: SmallVec<[(wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
-                ranges.push((param_buf.clone().expect("params"), offset, size));
-                let slots = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
-                for slot in slots {
-                    let key = keys[slot].expect("a kernel's inputs are written before it runs");
-                    ranges.push((st.pool.get(key).clone(), 0, bound(job.buffers[slot].bytes)));
-                }
-                let bind_group = st.bind_groups.get(&gpu.device, &compiled[n].pipeline, &compiled[n].layout, ranges);
+            for (n, (bind_group, (x, y))) in dispatches.iter().enumerate() {
                 pass.set_pipeline(&compiled[n].pipeline);
-                pass.set_bind_group(0, &bind_group, &[]);
-                let (x, y) = codegen::dispatch_size(kernel.threads(), max_groups);
-                pass.dispatch_workgroups(x, y, 1);
+                pass.set_bind_group(0, bind_group, &[]);
+                pass.dispatch_workgroups(*x, *y, 1);
                 stats.dispatches += 1;
-                // The queue runs in order: whoever takes this buffer next writes it after this kernel read it.
-                for &slot in &job.frees[n] {
-                    if let Some(key) = keys[slot].take() {
-                        st.pool.release(key, stats);
-                    }
-                }
             }
         }
-
-        let mut staged = Vec::with_capacity(job.reads.len());
-        for &slot in job.reads {
+        for (&slot, buffer) in job.reads.iter().zip(&staged) {
             let bytes = job.buffers[slot].bytes;
             let src = keys[slot].expect("a read buffer exists");
-            let buffer = st.pool.staging(&gpu.device, bytes, stats);
-            batch.encoder().copy_buffer_to_buffer(st.pool.get(src), 0, &buffer, 0, bytes);
+            batch.encoder().copy_buffer_to_buffer(st.pool.get(src), 0, buffer, 0, bytes);
             stats.bytes_downloaded += bytes;
-            staged.push(buffer);
         }
         let t_encode = t0.elapsed();
         if has_work {
             batch.realizes += 1;
         }
         // Submit now when something waits for this realize (a read), when the GPU would otherwise run dry, or when
-        // the batch is full; else hold it back for the submit thread or the next realize.
-        let submitted = if !staged.is_empty() || batch.realizes >= batch::MAX_REALIZES || self.room_now(st) {
-            if batch.realizes > 0 {
-                st.in_flight.submit(&gpu.queue, batch.finish());
-            }
-            true
+        // the batch is full; else hold it back for the submit thread or the next realize. A batch holding nothing
+        // (this realize had no GPU work and none was held) is dropped.
+        let held = if batch.realizes == 0 {
+            false
+        } else if !staged.is_empty() || batch.realizes >= batch::MAX_REALIZES || self.room_now(st) {
+            st.in_flight.submit(&gpu.queue, batch.finish());
+            false
         } else {
             st.batch = Some(batch);
             self.submitter.unpark();
-            false
+            true
         };
         if debug >= 3 {
             eprintln!(
-                "lazor: wgpu phases: scopes+pipelines+uploads+params {:.1} us, encode {:.1} us, {} {:.1} us",
+                "lazor: wgpu phases: scopes+pipelines+uploads+params+buffers {:.1} us, record {:.1} us, {} {:.1} us",
                 t_upload.as_secs_f64() * 1e6,
                 (t_encode - t_upload).as_secs_f64() * 1e6,
-                if submitted { "submit" } else { "held back" },
+                if held { "held back" } else { "submit" },
                 (t0.elapsed() - t_encode).as_secs_f64() * 1e6
             );
         }
-        let t_pop = t0.elapsed();
+        // An error here is a lost device or a bug in lazor; the held-back realizes recorded with this one are
+        // submitted now, so the error shows at this call rather than at a later one.
         let outcome = scopes.pop();
-        if debug >= 3 {
-            eprintln!(
-                "lazor: wgpu phases: error scopes popped in {:.1} us",
-                (t0.elapsed() - t_pop).as_secs_f64() * 1e6
-            );
-        }
         if outcome.is_err() {
-            st.params.forget(&params);
+            self.flush(st);
         }
         let kept: Vec<BufferKey> = match outcome {
             Ok(()) => job.keep.iter().map(|&s| keys[s].take().expect("kept buffers exist")).collect(),

@@ -181,10 +181,16 @@ fn submit_thread(shared: std::sync::Weak<Shared>) {
                     None => break,
                 }
             };
+            if sh.gpu.is_lost() {
+                // The device is lost: every later call reports it, and nothing held back can run.
+                return;
+            }
             let wait = wgpu::PollType::Wait { submission_index: Some(oldest), timeout: None };
             if sh.gpu.device.poll(wait).is_err() {
-                // The device is lost: every later call reports it.
-                return;
+                // A submit wgpu never ran cannot be waited for: submit what is held now, still in order.
+                let mut st = sh.state();
+                sh.flush(&mut st);
+                break;
             }
         }
     }
