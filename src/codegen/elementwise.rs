@@ -43,7 +43,7 @@ pub(super) struct Emitter<'a> {
     /// In a rows kernel's cached path: the slot of the row's values that loads at the kernel's own index read
     /// (`rc{input}[slot]`) instead of memory.
     pub cache: Option<usize>,
-    /// Instructions emitted once ahead of a loop over a row ([`Emitter::hoist`]): `range` leaves them out.
+    /// Instructions emitted once ahead of a loop over a row ([`Emitter::hoisted`]): `range` leaves them out.
     hoisted: Vec<bool>,
 }
 
@@ -310,11 +310,12 @@ impl Emitter<'_> {
 }
 
 impl<'a> Emitter<'a> {
-    /// Emits at `depth`, once, the instructions of `body` whose value is the same for a whole row: parameters,
-    /// fold results and what is computed from them alone; `range` leaves them out until [`Emitter::unhoist`].
-    /// A store to an output may alias the parameter buffer for all the driver knows, so without this a
-    /// row's per-element code reloads and recomputes them after every store.
-    pub fn hoist(&mut self, body: std::ops::Range<usize>, depth: usize) {
+    /// Emits a block at `depth`: `{`, then once the instructions of `body` whose value is the same for a whole row
+    /// (parameters, fold results and what is computed from them alone), then what `inner` emits, then `}`. Inside,
+    /// `range` leaves the hoisted instructions out. A store to an output may alias the parameter buffer for all the
+    /// driver knows, so without this a row's per-element code reloads and recomputes them after every store.
+    pub fn hoisted(&mut self, body: std::ops::Range<usize>, depth: usize, inner: impl FnOnce(&mut Self)) {
+        self.line(depth, "{");
         // A concatenation's parts are emitted inside its branches, in their own frames: left alone.
         let mut in_cat = vec![false; self.k.body.len()];
         for instr in &self.k.body[body.clone()] {
@@ -336,14 +337,13 @@ impl<'a> Emitter<'a> {
                 _ => false,
             };
             if uniform {
-                self.instr(n, depth);
+                self.instr(n, depth + 1);
                 self.hoisted[n] = true;
             }
         }
-    }
-
-    /// Ends a [`Emitter::hoist`]: its instructions' scope has closed.
-    pub fn unhoist(&mut self) {
+        inner(self);
+        self.line(depth, "}");
+        // The block's scope has closed.
         self.hoisted.iter_mut().for_each(|h| *h = false);
     }
 

@@ -66,7 +66,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         } else {
             accumulate(&mut e, &f, "lo + lane_t", "team", "hi", 1, false);
         }
-        tree(&mut e, r.op, dt, subgroups, 1, 0, false);
+        tree(&mut e, r.op, dt, 1, None);
         e.line(1, "if (lane_t != 0u || !valid) { return; }");
         e.line(1, &format!("let folded = bitcast<{}>(total);", lane_type(dt, 1)));
     } else {
@@ -190,16 +190,19 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
 }
 
 /// Folds `acc` across each team (`team` threads, `lane_t` the thread's place in it) into `total` (the result's
-/// bits), valid for every thread of the team: subgroups first where `subgroups` (and no subgroup is wider than the
-/// team), then the subgroups' results.
+/// bits), valid for every thread of the team: subgroups first where the target has them (and no subgroup is wider
+/// than the team), then the subgroups' results.
 ///
 /// Where a team has at most `lanes` subgroups (a team of 256 on subgroups of 16 or more), each subgroup folds the
-/// subgroups' results again with one more subgroup operation: one barrier in all, and `red` is written only at
-/// `region..region + 64`, so a kernel folding again can alternate regions and skip the barrier that would protect
-/// `red` from the next fold's writes. Otherwise a tree in workgroup memory, one barrier a level, and (with
-/// `again`: `red` is written again later) a last barrier after `total` is read. Both orders are fixed for an
-/// adapter, so results repeat bit for bit.
-pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, subgroups: bool, depth: usize, region: u32, again: bool) {
+/// subgroups' results again with one more subgroup operation: one barrier in all. Otherwise a tree in workgroup
+/// memory, one barrier a level. `half`: a kernel that folds again names the half of `red` this fold's subgroup
+/// results go to; alternating halves, the next fold's barrier keeps its writes from this fold's reads, and only
+/// the paths that use all of `red` end with a barrier after `total` is read. Both orders are fixed for an adapter,
+/// so results repeat bit for bit.
+pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half: Option<usize>) {
+    let subgroups = e.target_subgroups();
+    let region = half.map_or(0, |h| h as u32 * WORKGROUP_SIZE / 2);
+    let again = half.is_some();
     let dt = dt.lanes();
     let ty = lane_type(dt, 1);
     // `red` holds words: each operand is read through a bitcast and the result written back as bits.

@@ -90,18 +90,16 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
                 let dt = k.types[*value];
                 let ty = lane_type(dt.lanes(), 1);
                 e.line(depth, &format!("var f{n}: {ty};"));
-                e.line(depth, "{");
-                e.hoist(body.clone(), depth + 1);
-                accumulate(e, &fold, "lane_t", "team", end, depth + 1, cached);
-                // Folds alternate between two regions of `red`, so with subgroups one barrier a fold suffices.
-                tree(e, *op, dt, e.target_subgroups(), depth + 1, (n % 2) as u32 * 128, true);
-                e.line(depth + 1, &format!("f{n} = bitcast<{ty}>(total);"));
-                if let Some(out) = output {
-                    let st = e.store(*out, "o", &format!("f{n}"));
-                    e.line(depth + 1, &format!("if (lane_t == 0u && valid) {{ {st} }}"));
-                }
-                e.line(depth, "}");
-                e.unhoist();
+                e.hoisted(body.clone(), depth, |e| {
+                    accumulate(e, &fold, "lane_t", "team", end, depth + 1, cached);
+                    // Folds alternate between the halves of `red`, so with subgroups one barrier a fold suffices.
+                    tree(e, *op, dt, depth + 1, Some(n % 2));
+                    e.line(depth + 1, &format!("f{n} = bitcast<{ty}>(total);"));
+                    if let Some(out) = output {
+                        let st = e.store(*out, "o", &format!("f{n}"));
+                        e.line(depth + 1, &format!("if (lane_t == 0u && valid) {{ {st} }}"));
+                    }
+                });
                 // `accumulate` left the emitter scalar for the fold's result; the next phase is wide again.
                 if wide {
                     e.wide = true;
@@ -109,9 +107,7 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
                 }
                 n += 1;
             }
-            Phase::Map { body, outputs } if cached => {
-                e.line(depth, "{");
-                e.hoist(body.clone(), depth + 1);
+            Phase::Map { body, outputs } if cached => e.hoisted(body.clone(), depth, |e| {
                 for u in 0..UNROLL {
                     step(e, axis, u, depth + 1);
                     e.cache = Some(u);
@@ -124,12 +120,8 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
                     e.line(depth + 2, "}");
                     e.line(depth + 1, "}");
                 }
-                e.line(depth, "}");
-                e.unhoist();
-            }
-            Phase::Map { body, outputs } => {
-                e.line(depth, "{");
-                e.hoist(body.clone(), depth + 1);
+            }),
+            Phase::Map { body, outputs } => e.hoisted(body.clone(), depth, |e| {
                 e.line(depth + 1, &format!("for (var r = lane_t; r < {end}; r = r + team) {{"));
                 // In vectors when wide: loads and stores at the kernel's own index take 4 elements from there.
                 own_index(e, axis, "r", depth + 2);
@@ -139,9 +131,7 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
                     e.line(depth + 2, &st);
                 }
                 e.line(depth + 1, "}");
-                e.line(depth, "}");
-                e.unhoist();
-            }
+            }),
         }
     }
 }
