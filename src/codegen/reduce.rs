@@ -231,7 +231,9 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
                 e.line(depth, &format!("let {name} = {sg}({v});"));
             }
         };
-        e.line(depth, "if (lanes <= team) {");
+        // With halves, subgroups of one lane would write their results past the end of `red`; every fold of a
+        // kernel takes the same path, or the halves would not keep the folds apart.
+        e.line(depth, if again { "if (1u < lanes && lanes <= team) {" } else { "if (lanes <= team) {" });
         // Each subgroup folds its lanes at once; its first lane hands the result on.
         fold(e, "part", "acc", depth + 1);
         e.line(depth + 1, &format!("if (lane == 0u) {{ red[{region}u + lid.x / lanes] = bitcast<u32>(part); }}"));
