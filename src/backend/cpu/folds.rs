@@ -69,8 +69,10 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             let block = b * BATCH..out_count.min((b + 1) * BATCH);
             let (lo, hi) = (j * len, n.min(j * len + len));
             let mut folded = Vec::with_capacity(block.len());
+            // The epilogue runs at the outputs' coordinates (the folded axis at 0, as `out_dims` has it).
+            let mut coords = vec![Vec::with_capacity(block.len()); if r.partial { 0 } else { dims.len() }];
             for o in block.clone() {
-                let base = unravel(o, &out_dims);
+                let mut base = unravel(o, &out_dims);
                 let mut acc = f32::from_bits(r.op.identity_lane(lanes));
                 for s in (lo..hi).step_by(BATCH) {
                     let e = hi.min(s + BATCH);
@@ -78,26 +80,24 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
                     eval(&ctx, 0..r.prologue, batch, regs);
                     acc = combine(r.op, lanes, acc, tree(r.op, lanes, regs.get(&ctx, r.value, e - s)));
                 }
-                folded.push(acc);
+                if r.partial {
+                    // The chunk's fold, at the output's coordinates with the axis at the chunk.
+                    base[r.axis] = j as i64;
+                    let at =
+                        base.iter().zip(&dims).enumerate().fold(0usize, |a, (d, (&c, &size))| {
+                            a * if d == r.axis { chunks } else { size } + c as usize
+                        });
+                    // SAFETY: each (output, chunk) pair is written by exactly one task.
+                    unsafe { store(outs[0], k.out_types[0], at, &[acc]) };
+                } else {
+                    for (axis, &c) in coords.iter_mut().zip(&base) {
+                        axis.push(c);
+                    }
+                    folded.push(acc);
+                }
             }
             if r.partial {
-                let mut part_dims = out_dims.clone();
-                part_dims[r.axis] = chunks;
-                for (o, &v) in block.clone().zip(&folded) {
-                    let mut c = unravel(o, &out_dims);
-                    c[r.axis] = j as i64;
-                    let at = c.iter().zip(&part_dims).fold(0usize, |a, (&c, &d)| a * d + c as usize);
-                    // SAFETY: each (output, chunk) pair is written by exactly one task.
-                    unsafe { store(outs[0], k.out_types[0], at, &[v]) };
-                }
                 return;
-            }
-            // The epilogue runs at the outputs' coordinates (the folded axis at 0).
-            let mut coords = vec![Vec::with_capacity(block.len()); dims.len()];
-            for o in block.clone() {
-                for (axis, c) in coords.iter_mut().zip(unravel(o, &out_dims)) {
-                    axis.push(c);
-                }
             }
             let batch = Batch { len: block.len(), own: Own::From(block.start), coords, folded, folds: Vec::new() };
             eval(&ctx, r.prologue..k.body.len(), &batch, regs);
@@ -160,35 +160,35 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
             // The row's folds so far: each phase reads those of the phases before it.
             batch.folds.clear();
             for phase in &k.phases {
-                let mut acc = match phase {
-                    Phase::Fold { op, value, .. } => f32::from_bits(op.identity_lane(k.types[*value].lanes())),
-                    Phase::Map { .. } => 0.0,
-                };
-                for s in (0..n).step_by(BATCH) {
-                    let e = n.min(s + BATCH);
-                    batch.along(&dims, axis, true, &base, s..e, strided);
-                    match phase {
-                        Phase::Fold { op, body, value, .. } => {
+                match phase {
+                    Phase::Fold { op, body, value, output } => {
+                        let lanes = k.types[*value].lanes();
+                        let mut acc = f32::from_bits(op.identity_lane(lanes));
+                        for s in (0..n).step_by(BATCH) {
+                            let e = n.min(s + BATCH);
+                            batch.along(&dims, axis, true, &base, s..e, strided);
                             eval(&ctx, body.clone(), batch, regs);
-                            let lanes = k.types[*value].lanes();
                             acc = combine(*op, lanes, acc, tree(*op, lanes, regs.get(&ctx, *value, e - s)));
                         }
-                        Phase::Map { body, outputs } => {
+                        batch.folds.push(acc);
+                        if let Some(m) = output {
+                            // SAFETY: each row's elements, and its fold at the row's index, are written by its own
+                            // task only.
+                            unsafe { store(outs[*m], k.out_types[*m], o, &[acc]) };
+                        }
+                    }
+                    Phase::Map { body, outputs } => {
+                        for s in (0..n).step_by(BATCH) {
+                            let e = n.min(s + BATCH);
+                            batch.along(&dims, axis, true, &base, s..e, strided);
                             eval(&ctx, body.clone(), batch, regs);
                             for &m in outputs {
-                                // SAFETY: each row's elements are written by its own task only.
+                                // SAFETY: as above.
                                 unsafe {
                                     store(outs[m], k.out_types[m], o * n + s, regs.get(&ctx, k.outputs[m].1, e - s))
                                 };
                             }
                         }
-                    }
-                }
-                if let Phase::Fold { output, .. } = phase {
-                    batch.folds.push(acc);
-                    if let Some(m) = output {
-                        // SAFETY: as above; a row's fold is at the row's index.
-                        unsafe { store(outs[*m], k.out_types[*m], o, &[acc]) };
                     }
                 }
             }
