@@ -41,7 +41,8 @@ static DEFAULT: OnceLock<Device> = OnceLock::new();
 
 impl Device {
     /// Opens an independent wgpu device on the best adapter: a discrete GPU before an integrated one before a
-    /// software one. `LAZOR_BACKEND` (vulkan, metal, dx12, gl) and `LAZOR_ADAPTER` (part of the adapter's name)
+    /// software one. No other live `Device` shares it; the wgpu device of a dropped `Device` is reused rather than
+    /// created again (destroying devices can deadlock NVIDIA's Vulkan driver). `LAZOR_BACKEND` (vulkan, metal, dx12, gl) and `LAZOR_ADAPTER` (part of the adapter's name)
     /// narrow the choice; `LAZOR_NOFUSE=1` starts it with fusion off.
     ///
     /// # Errors

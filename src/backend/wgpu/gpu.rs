@@ -101,6 +101,36 @@ fn tensor_cores(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
         .any(|p| (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, S::F32))
 }
 
+/// Creates a device on `adapter` with its own limits and the features lazor uses where it offers them.
+fn request(
+    adapter: &wgpu::Adapter,
+    info: &wgpu::AdapterInfo,
+    limits: &wgpu::Limits,
+) -> Result<(wgpu::Device, wgpu::Queue)> {
+    // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory. A
+    // pipeline cache where offered: compiled kernels are kept on disk between processes.
+    let mut features =
+        adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::PIPELINE_CACHE);
+    let coop = tensor_cores(adapter, info);
+    if coop {
+        features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    }
+    pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("lazor"),
+        required_limits: limits.clone(),
+        required_features: features,
+        // SAFETY: the experimental feature is requested only where the adapter offers it, and used by one kernel
+        // (kernels/matmul_coop.wgsl) whose every load and store is in range by construction.
+        experimental_features: if coop {
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        },
+        ..Default::default()
+    }))
+    .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })
+}
+
 impl Gpu {
     /// Opens the best adapter allowed by the environment; with `hardware_only`, software rasterizers (lavapipe,
     /// llvmpipe, WARP) do not count.
@@ -111,11 +141,7 @@ impl Gpu {
     pub fn open(hardware_only: bool) -> Result<Gpu> {
         let backends = backends()?;
         // GL last, from its own instance: starting it makes EGL print to stderr, and it is the weakest for compute.
-        let enumerate = |b: wgpu::Backends| {
-            let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-            desc.backends = b;
-            pollster::block_on(wgpu::Instance::new(desc).enumerate_adapters(b))
-        };
+        let enumerate = |b: wgpu::Backends| pollster::block_on(super::keep::instance(b).enumerate_adapters(b));
         let primary = backends & !wgpu::Backends::GL;
         let mut adapters = if primary.is_empty() { Vec::new() } else { enumerate(primary) };
         if adapters.is_empty() && backends.contains(wgpu::Backends::GL) {
@@ -143,29 +169,12 @@ impl Gpu {
         let memory = device_memory(&adapter);
         // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB, far below real GPUs.
         let limits = adapter.limits();
-        // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory. A
-        // pipeline cache where offered: compiled kernels are kept on disk between processes.
-        let mut features = adapter.features()
-            & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::PIPELINE_CACHE);
-        let coop = tensor_cores(&adapter, &info);
-        if coop {
-            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
-        }
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("lazor"),
-            required_limits: limits.clone(),
-            required_features: features,
-            // SAFETY: the experimental feature is requested only where the adapter offers it, and used by one kernel
-            // (kernels/matmul_coop.wgsl) whose every load and store is in range by construction.
-            experimental_features: if coop {
-                unsafe { wgpu::ExperimentalFeatures::enabled() }
-            } else {
-                wgpu::ExperimentalFeatures::disabled()
-            },
-            ..Default::default()
-        }))
-        .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })?;
-
+        // A device a dropped Device left behind, where there is one: see keep.rs for why devices are kept.
+        let (device, queue) = match super::keep::take(&info) {
+            Some(kept) => kept,
+            None => request(&adapter, &info, &limits)?,
+        };
+        // Replaces the callbacks of the device's last owner, if any.
         let lost = Arc::new(Mutex::new(None));
         let lost_cb = lost.clone();
         device.set_device_lost_callback(move |reason, message| {
@@ -216,6 +225,15 @@ impl Gpu {
     /// The largest buffer one binding can cover.
     pub fn max_binding_bytes(&self) -> u64 {
         self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
+    }
+}
+
+impl Drop for Gpu {
+    /// Keeps the device for the next `Device` opened on this adapter (see keep.rs), unless it was lost.
+    fn drop(&mut self) {
+        if self.lost.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
+            super::keep::give_back(self.info.clone(), self.device.clone(), self.queue.clone());
+        }
     }
 }
 

@@ -4,6 +4,7 @@ mod bind_groups;
 mod disk_cache;
 mod execute;
 pub(crate) mod gpu;
+mod keep;
 mod params;
 mod pipelines;
 mod pool;
@@ -24,7 +25,6 @@ pub const MAX_BINDINGS: usize = 64;
 
 /// A wgpu device and what lazor keeps for it.
 pub(crate) struct WgpuBackend {
-    pub gpu: Gpu,
     state: Mutex<State>,
     /// Whether kernels use subgroup operations: the device has them and `LAZOR_NO_SUBGROUPS` is unset.
     subgroups: AtomicBool,
@@ -32,6 +32,8 @@ pub(crate) struct WgpuBackend {
     f16: AtomicBool,
     /// Whether f16 matmuls run on cooperative matrices: the device has them and `LAZOR_NO_COOP` is unset.
     coop: AtomicBool,
+    /// Last, so it is dropped after the buffers and pipelines in `state`: its device is kept for reuse.
+    pub gpu: Gpu,
 }
 
 /// The backend's mutable parts, behind one lock.

@@ -1,0 +1,47 @@
+//! Process-wide wgpu instances and devices: each is made once, a dropped `Device`'s wgpu device is kept and handed
+//! to the next `Device` opened on the same adapter, and neither is ever destroyed.
+
+// NVIDIA's Vulkan driver (H200, checked with wgpu 30) can deadlock when one thread destroys a device or an
+// instance while other threads work on other devices: stack dumps of hung test processes showed vkDestroyDevice
+// waiting for one of the driver's own threads, which waited for a lock that vkCreateDevice, vkAllocateMemory and
+// vkQueueSubmit on other threads waited for too. Test binaries, which open a device per test on many threads,
+// hung in about one run of eight. Never destroying either avoids it, and reusing a device also saves the 50 to
+// 200 ms that creating one costs. A dropped Device's buffers and pipelines are dropped with it, so the next owner
+// starts from an empty device.
+
+use std::sync::{Mutex, MutexGuard};
+
+/// The instance for a set of wgpu backends, made on first use.
+pub fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    static INSTANCES: Mutex<Vec<(wgpu::Backends, wgpu::Instance)>> = Mutex::new(Vec::new());
+    let mut all = lock(&INSTANCES);
+    if let Some((_, i)) = all.iter().find(|(b, _)| *b == backends) {
+        return i.clone();
+    }
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    let i = wgpu::Instance::new(desc);
+    all.push((backends, i.clone()));
+    i
+}
+
+/// Devices no `Device` uses now, with the adapter each was opened on. The features and limits lazor asks for
+/// follow from the adapter alone, so any kept device of an adapter serves any new `Device` on it.
+static IDLE: Mutex<Vec<(wgpu::AdapterInfo, wgpu::Device, wgpu::Queue)>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A kept device of this adapter, if one is idle: the one given back last.
+pub fn take(adapter: &wgpu::AdapterInfo) -> Option<(wgpu::Device, wgpu::Queue)> {
+    let mut idle = lock(&IDLE);
+    let at = idle.iter().rposition(|(info, _, _)| info == adapter)?;
+    let (_, device, queue) = idle.remove(at);
+    Some((device, queue))
+}
+
+/// Keeps a device its `Device` no longer uses, for the next one opened on `adapter`.
+pub fn give_back(adapter: wgpu::AdapterInfo, device: wgpu::Device, queue: wgpu::Queue) {
+    lock(&IDLE).push((adapter, device, queue));
+}
