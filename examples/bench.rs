@@ -1162,6 +1162,9 @@ struct ReduceResult {
     copy_kernel: Option<Pair>,
     /// Submits and dispatches of one realize: fused, unfused.
     counts: [(u64, u64); 2],
+    /// Submits per realize in a fused x`batch` run: below 1 where realizes made while the GPU was busy were
+    /// batched into one submit.
+    submits: f64,
     /// Largest relative error against the host: fused, unfused.
     errors: [f64; 2],
 }
@@ -1227,9 +1230,16 @@ fn run_reduce(
     };
     let mut many = [None; 2];
     let mut one = [None; 2];
+    let mut submits = 0.0;
     for (k, fuse) in [true, false].into_iter().enumerate() {
         dev.set_fusion(fuse);
         many[k] = Some(measure(cfg, || run(batch)).per(batch));
+        if fuse {
+            // Realizes made while the GPU is busy share submits: how many, in one more timed-like run.
+            let before = dev.stats().submits;
+            run(batch);
+            submits = (dev.stats().submits - before) as f64 / batch as f64;
+        }
         one[k] = Some(measure(cfg, || run(1)));
         dev.set_fusion(true);
     }
@@ -1250,6 +1260,7 @@ fn run_reduce(
         one: one.map(|t| t.expect("timed")),
         copy_kernel,
         counts,
+        submits,
         errors,
     })
 }
@@ -1339,15 +1350,15 @@ fn reductions() -> bool {
     println!(
         "| case | expression | shape | bytes/element | fused x{batch} ms | GB/s | fused 1/sync ms | GB/s | unfused \
          x{batch} ms | GB/s | unfused 1/sync ms | GB/s | fused / unfused x{batch} | dispatches fused/unfused | \
-         kernel copy x{batch} GB/s | runs x{batch}; 1/sync |"
+         submits per realize, fused x{batch} | kernel copy x{batch} GB/s | runs x{batch}; 1/sync |"
     );
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &results {
         let copy =
             r.copy_kernel.map_or("-".to_string(), |k| format!("{:.1}", gbs(r.numel() as u64 * 8, k.many.median)));
         println!(
-            "| {} | `{}` | {} | {} | {} | {:.1} | {} | {:.1} | {} | {:.1} | {} | {:.1} | {:.2}x | {}/{} | {copy} | \
-             {}; {} |",
+            "| {} | `{}` | {} | {} | {} | {:.1} | {} | {:.1} | {} | {:.1} | {} | {:.1} | {:.2}x | {}/{} | {:.2} | \
+             {copy} | {}; {} |",
             r.case.name(),
             r.case.expr(),
             ReduceCase::shape_label(&r.shape),
@@ -1363,6 +1374,7 @@ fn reductions() -> bool {
             r.many[1].median.as_secs_f64() / r.many[0].median.as_secs_f64(),
             r.counts[0].1,
             r.counts[1].1,
+            r.submits,
             r.many[0].runs,
             r.one[0].runs
         );

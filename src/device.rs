@@ -141,6 +141,9 @@ impl Device {
     pub fn stats(&self) -> Stats {
         let mut stats = self.state().stats;
         stats.pool_bytes = self.inner.backend.pool_bytes();
+        if let Some(submits) = self.inner.backend.submits() {
+            stats.submits = submits;
+        }
         stats
     }
 
@@ -216,12 +219,41 @@ impl Device {
         &self.wgpu().gpu.device
     }
 
-    /// The underlying wgpu queue: what lazor submits to, in order with anything submitted here.
+    /// The underlying wgpu queue: what lazor submits to, in order with anything submitted here. Getting it submits
+    /// the realizes lazor holds back (see [`Device::flush`]), so work submitted through it runs after every realize
+    /// made before this call; call [`Device::flush`] again before submitting work that must follow later realizes.
     ///
     /// # Panics
     /// If the device is not a wgpu device.
     pub fn wgpu_queue(&self) -> &wgpu::Queue {
-        &self.wgpu().gpu.queue
+        let wgpu = self.wgpu();
+        wgpu.flush_all();
+        &wgpu.gpu.queue
+    }
+
+    /// Submits the realizes this device holds back. While the GPU has [`queue_depth`](Device::queue_depth) submits
+    /// in flight, a wgpu device records later realizes into one open batch instead of submitting each: every
+    /// submit costs the GPU idle time, and the batch goes to the GPU as soon as the queue has room and it holds as
+    /// many realizes as the submit ahead of it (so batches grow while the GPU stays busy), on a thread of the
+    /// device's own if the program makes no further call. Reads and [`synchronize`](Device::synchronize) flush by themselves; call this before
+    /// submitting work of your own through [`wgpu_queue`](Device::wgpu_queue) that must follow lazor's. Nothing to
+    /// do on the CPU backend, which runs each realize when it is made.
+    pub fn flush(&self) {
+        self.inner.backend.flush_all();
+    }
+
+    /// Sets how many submits may be in flight before later realizes are held back and batched (the default is 2,
+    /// or `LAZOR_QUEUE_DEPTH`). 0 holds every realize back until a read, `synchronize`, `flush`, or a batch of 64
+    /// realizes: the fewest submits, for programs that realize many small results and then read them. No effect
+    /// on the CPU backend.
+    pub fn set_queue_depth(&self, depth: usize) {
+        self.inner.backend.set_queue_depth(depth);
+    }
+
+    /// How many submits may be in flight before later realizes are held back (0 on the CPU backend, which holds
+    /// nothing back).
+    pub fn queue_depth(&self) -> usize {
+        self.inner.backend.queue_depth()
     }
 
     /// Turns fusion on (the default) or off (one kernel per op, as with `LAZOR_NOFUSE=1`) for later realizes.

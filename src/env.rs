@@ -70,6 +70,12 @@ pub fn matmul_tile() -> Option<[u32; 5]> {
     })
 }
 
+/// `LAZOR_QUEUE_DEPTH`: submits a wgpu device keeps in flight before it holds later realizes back and batches them
+/// into one submit (default 2; 0 holds every realize until a read, `synchronize` or `flush`).
+pub fn queue_depth() -> Option<usize> {
+    var("LAZOR_QUEUE_DEPTH").and_then(|v| v.trim().parse().ok())
+}
+
 /// `LAZOR_POOL_MB`: the most megabytes (2^20 bytes) of free buffers a device keeps for reuse, overriding the
 /// budget derived from its memory (0 keeps none).
 pub fn pool_budget() -> Option<u64> {

@@ -5,7 +5,8 @@
 pub struct Stats {
     /// Calls that realized something (`realize`, `to_vec` and friends).
     pub realizes: u64,
-    /// `queue.submit` calls: one per realize that had GPU work.
+    /// `queue.submit` calls: one per realize that had GPU work, except that realizes made while the GPU is busy are
+    /// batched into one (see [`Device::flush`](crate::Device::flush)).
     pub submits: u64,
     /// Compute dispatches (kernels run).
     pub dispatches: u64,

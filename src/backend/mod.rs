@@ -73,6 +73,19 @@ pub(crate) trait Backend: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// Lets the device make progress without blocking.
     fn poll(&self) -> Result<()>;
+    /// Starts any work the backend holds back (realizes batched while the GPU was busy).
+    fn flush_all(&self) {}
+    /// Sets how many submits may be in flight before later realizes are held back and batched.
+    fn set_queue_depth(&self, _depth: usize) {}
+    /// How many submits may be in flight before later realizes are held back.
+    fn queue_depth(&self) -> usize {
+        0
+    }
+    /// Submits made, where the backend counts them itself (the wgpu backend submits held-back realizes from a
+    /// thread of its own, outside any realize).
+    fn submits(&self) -> Option<u64> {
+        None
+    }
     /// Whether a read-back has arrived.
     fn read_ready(&self, id: ReadId) -> bool;
     /// Lends the words of a read-back (the buffer's bytes, whole words) to `f`, waiting for them if needed; the

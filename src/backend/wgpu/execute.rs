@@ -2,7 +2,7 @@
 //! one submit.
 
 use super::gpu::Scopes;
-use super::{readback, WgpuBackend};
+use super::{batch, readback, WgpuBackend};
 use crate::backend::{Data, Done, Job};
 use crate::codegen;
 use crate::error::Result;
@@ -25,8 +25,60 @@ impl WgpuBackend {
         let compiled_before = stats.pipelines_compiled;
         st.bind_groups.sync(st.pool.dropped);
 
-        // Buffers of the job: existing ones by key, uploads written now (staged into the same submit), fresh ones
-        // taken from the pool when their kernel runs.
+        // Every pipeline first: a kernel that fails to compile fails the realize before anything is recorded into
+        // the batch, which may hold other realizes.
+        let target = self.target();
+        let mut compiled = Vec::with_capacity(job.kernels.len());
+        for kernel in job.kernels {
+            let key = codegen::Key::of(kernel, &target);
+            let p = match st.pipelines.lookup(&key, stats) {
+                Some(p) => p,
+                None => {
+                    let wgsl = codegen::generate(kernel, &target);
+                    let name = format!("k{}x{}", kernel.fused_ops, kernel.outputs.len());
+                    // A matmul's indices are in range by construction: every load and store is guarded by the
+                    // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
+                    let trusted = matches!(kernel.kind, crate::kernel::Kind::Matmul(_)) && !gpu.checked;
+                    match st.pipelines.get(&gpu.device, &wgsl, &name, trusted, debug, stats) {
+                        Ok(p) => {
+                            st.pipelines.remember(key, p.clone());
+                            p
+                        }
+                        Err(e) => {
+                            drop(scopes.pop());
+                            return Err(e);
+                        }
+                    }
+                }
+            };
+            compiled.push(p);
+        }
+        if stats.pipelines_compiled > compiled_before {
+            st.pipelines.save();
+        }
+
+        // All kernels' parameters in one buffer, each at an aligned offset.
+        let align = gpu.limits.min_storage_buffer_offset_alignment as u64;
+        let mut params: Vec<u32> = Vec::new();
+        let mut param_at = Vec::with_capacity(job.kernels.len());
+        for k in job.kernels {
+            while (params.len() as u64 * 4) % align != 0 {
+                params.push(0);
+            }
+            param_at.push((params.len() as u64 * 4, k.params.len() as u64 * 4));
+            params.extend_from_slice(&k.params);
+        }
+        // `queue.write_buffer` lands before the next submit's commands, so it would overtake held-back realizes
+        // that read the buffer it overwrites. Uploads may go into a pooled buffer such a realize released: those
+        // realizes go first. A new parameter block goes into a new buffer instead of reusing one while any are held.
+        let uploads = job.buffers.iter().any(|b| matches!(b.data, Data::Upload(_)));
+        if uploads {
+            self.flush(st);
+        }
+        let reuse = st.batch.is_none();
+
+        // Buffers of the job: existing ones by key, uploads written now (they land with the next submit), fresh
+        // ones taken from the pool when their kernel runs.
         let mut keys: Vec<Option<BufferKey>> = Vec::with_capacity(job.buffers.len());
         for b in &job.buffers {
             keys.push(match b.data {
@@ -41,125 +93,107 @@ impl WgpuBackend {
                 Data::Fresh => None,
             });
         }
-
-        // All kernels' parameters in one buffer, each at an aligned offset.
-        let align = gpu.limits.min_storage_buffer_offset_alignment as u64;
-        let mut params: Vec<u32> = Vec::new();
-        let mut param_at = Vec::with_capacity(job.kernels.len());
-        for k in job.kernels {
-            while (params.len() as u64 * 4) % align != 0 {
-                params.push(0);
-            }
-            param_at.push((params.len() as u64 * 4, k.params.len() as u64 * 4));
-            params.extend_from_slice(&k.params);
-        }
         let param_buf = (!params.is_empty()).then(|| {
-            let (buffer, dropped) = st.params.get(&gpu.device, &gpu.queue, &params, stats);
+            let (buffer, dropped) = st.params.get(&gpu.device, &gpu.queue, &params, reuse, stats);
             if let Some(dropped) = dropped {
                 st.bind_groups.forget(&dropped);
             }
             buffer
         });
 
-        let t_upload = t0.elapsed();
-        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("lazor") });
+        // Buffers and bind groups of every kernel, in the order the kernels run (a buffer released after kernel n
+        // may hold an output of kernel n + 1), and the read-backs' staging buffers: all that can fail, before
+        // anything is recorded into the batch. A bad command would poison the batch's pass and with it the
+        // held-back realizes of other calls.
         let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
-        let mut failed = None;
-        let target = self.target();
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-            for (n, kernel) in job.kernels.iter().enumerate() {
-                let key = codegen::Key::of(kernel, &target);
-                let compiled = match st.pipelines.lookup(&key, stats) {
-                    Some(p) => p,
-                    None => {
-                        let wgsl = codegen::generate(kernel, &target);
-                        let name = format!("k{}x{}", kernel.fused_ops, kernel.outputs.len());
-                        // A matmul's indices are in range by construction: every load and store is guarded by the
-                        // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
-                        let trusted = matches!(kernel.kind, crate::kernel::Kind::Matmul(_)) && !gpu.checked;
-                        match st.pipelines.get(&gpu.device, &wgsl, &name, trusted, debug, stats) {
-                            Ok(p) => {
-                                st.pipelines.remember(key, p.clone());
-                                p
-                            }
-                            Err(e) => {
-                                failed = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                };
-                for &(slot, _) in &kernel.outputs {
-                    let key = st.pool.alloc(&gpu.device, job.buffers[slot].bytes, stats);
-                    keys[slot] = Some(key);
-                }
-                let (offset, size) = param_at[n];
-                let mut ranges: SmallVec<[(wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
-                ranges.push((param_buf.clone().expect("params"), offset, size));
-                let slots = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
-                for slot in slots {
-                    let key = keys[slot].expect("a kernel's inputs are written before it runs");
-                    ranges.push((st.pool.get(key).clone(), 0, bound(job.buffers[slot].bytes)));
-                }
-                let bind_group = st.bind_groups.get(&gpu.device, &compiled.pipeline, &compiled.layout, ranges);
-                pass.set_pipeline(&compiled.pipeline);
-                pass.set_bind_group(0, &bind_group, &[]);
-                let (x, y) = codegen::dispatch_size(kernel.threads(), max_groups);
-                pass.dispatch_workgroups(x, y, 1);
-                stats.dispatches += 1;
-                // The queue runs in order: whoever takes this buffer next writes it after this kernel read it.
-                for &slot in &job.frees[n] {
-                    if let Some(key) = keys[slot].take() {
-                        st.pool.release(key, stats);
-                    }
+        let mut dispatches = Vec::with_capacity(job.kernels.len());
+        for (n, kernel) in job.kernels.iter().enumerate() {
+            for &(slot, _) in &kernel.outputs {
+                let key = st.pool.alloc(&gpu.device, job.buffers[slot].bytes, stats);
+                keys[slot] = Some(key);
+            }
+            let (offset, size) = param_at[n];
+            let mut ranges: SmallVec<[(wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
+            ranges.push((param_buf.clone().expect("params"), offset, size));
+            let slots = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
+            for slot in slots {
+                let key = keys[slot].expect("a kernel's inputs are written before it runs");
+                ranges.push((st.pool.get(key).clone(), 0, bound(job.buffers[slot].bytes)));
+            }
+            let bind_group = st.bind_groups.get(&gpu.device, &compiled[n].pipeline, &compiled[n].layout, ranges);
+            dispatches.push((bind_group, codegen::dispatch_size(kernel.threads(), max_groups)));
+            // The queue runs in order: whoever takes this buffer next writes it after this kernel read it.
+            for &slot in &job.frees[n] {
+                if let Some(key) = keys[slot].take() {
+                    st.pool.release(key, stats);
                 }
             }
+        }
+        let staged: Vec<wgpu::Buffer> =
+            job.reads.iter().map(|&slot| st.pool.staging(&gpu.device, job.buffers[slot].bytes, stats)).collect();
+        let t_upload = t0.elapsed();
+        if let Err(e) = scopes.pop() {
+            st.params.forget(&params);
+            // What this job created goes back: the values may be garbage.
+            for (b, key) in job.buffers.iter().zip(keys) {
+                if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_))) {
+                    st.pool.release(key, stats);
+                }
+            }
+            return Err(e);
         }
 
-        let mut staged = Vec::with_capacity(job.reads.len());
-        if failed.is_none() {
-            for &slot in job.reads {
-                let bytes = job.buffers[slot].bytes;
-                let src = keys[slot].expect("a read buffer exists");
-                let buffer = st.pool.staging(&gpu.device, bytes, stats);
-                encoder.copy_buffer_to_buffer(st.pool.get(src), 0, &buffer, 0, bytes);
-                stats.bytes_downloaded += bytes;
-                staged.push(buffer);
+        // Recording: valid objects only, so nothing here fails short of a lost device.
+        let scopes = Scopes::push(&gpu.device);
+        let has_work = !job.kernels.is_empty() || uploads || !job.reads.is_empty();
+        let mut batch = st.batch.take().unwrap_or_else(|| batch::Open::new(&gpu.device));
+        if !job.kernels.is_empty() {
+            let pass = batch.pass();
+            for (n, (bind_group, (x, y))) in dispatches.iter().enumerate() {
+                pass.set_pipeline(&compiled[n].pipeline);
+                pass.set_bind_group(0, bind_group, &[]);
+                pass.dispatch_workgroups(*x, *y, 1);
+                stats.dispatches += 1;
             }
         }
-        let uploads = job.buffers.iter().any(|b| matches!(b.data, Data::Upload(_)));
-        let has_work = !job.kernels.is_empty() || uploads || !staged.is_empty();
-        if has_work && failed.is_none() {
-            let t_encode = t0.elapsed();
-            gpu.queue.submit([encoder.finish()]);
-            if debug >= 3 {
-                eprintln!(
-                    "lazor: wgpu phases: scopes+uploads+params {:.1} us, encode {:.1} us, submit {:.1} us",
-                    t_upload.as_secs_f64() * 1e6,
-                    (t_encode - t_upload).as_secs_f64() * 1e6,
-                    (t0.elapsed() - t_encode).as_secs_f64() * 1e6
-                );
-            }
-            stats.submits += 1;
+        for (&slot, buffer) in job.reads.iter().zip(&staged) {
+            let bytes = job.buffers[slot].bytes;
+            let src = keys[slot].expect("a read buffer exists");
+            batch.encoder().copy_buffer_to_buffer(st.pool.get(src), 0, buffer, 0, bytes);
+            stats.bytes_downloaded += bytes;
         }
-        // New pipelines go to disk now, while the GPU runs them: a program may never drop its device.
-        if stats.pipelines_compiled > compiled_before {
-            st.pipelines.save();
+        let t_encode = t0.elapsed();
+        if has_work {
+            batch.realizes += 1;
         }
-        let t_pop = t0.elapsed();
-        let outcome = match failed {
-            Some(e) => Err(e),
-            None => scopes.pop(),
+        // Submit now when something waits for this realize (a read), when the GPU would otherwise run dry, or when
+        // the batch is full; else hold it back for the submit thread or the next realize. A batch holding nothing
+        // (this realize had no GPU work and none was held) is dropped.
+        let held = if batch.realizes == 0 {
+            false
+        } else if !staged.is_empty() || batch.realizes >= batch::MAX_REALIZES || self.room_now(st, batch.realizes) {
+            let realizes = batch.realizes;
+            st.in_flight.submit(&gpu.queue, batch.finish(), realizes);
+            false
+        } else {
+            st.batch = Some(batch);
+            self.submitter.unpark();
+            true
         };
         if debug >= 3 {
             eprintln!(
-                "lazor: wgpu phases: error scopes popped in {:.1} us",
-                (t0.elapsed() - t_pop).as_secs_f64() * 1e6
+                "lazor: wgpu phases: scopes+pipelines+uploads+params+buffers {:.1} us, record {:.1} us, {} {:.1} us",
+                t_upload.as_secs_f64() * 1e6,
+                (t_encode - t_upload).as_secs_f64() * 1e6,
+                if held { "held back" } else { "submit" },
+                (t0.elapsed() - t_encode).as_secs_f64() * 1e6
             );
         }
+        // An error here is a lost device or a bug in lazor; the held-back realizes recorded with this one are
+        // submitted now, so the error shows at this call rather than at a later one.
+        let outcome = scopes.pop();
         if outcome.is_err() {
-            st.params.forget(&params);
+            self.flush(st);
         }
         let kept: Vec<BufferKey> = match outcome {
             Ok(()) => job.keep.iter().map(|&s| keys[s].take().expect("kept buffers exist")).collect(),

@@ -192,6 +192,11 @@ impl Gpu {
         Ok(Gpu { device, queue, info, limits, subgroups, f16, coop, checked, memory, lost, uncaptured })
     }
 
+    /// Whether the device was lost (leaves errors for [`Gpu::check_health`] to report).
+    pub fn is_lost(&self) -> bool {
+        self.lost.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
     /// Fails if the device was lost or wgpu reported an error outside any scope.
     pub fn check_health(&self) -> Result<()> {
         if let Some(msg) = self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {

@@ -1,5 +1,6 @@
 //! The wgpu backend: device setup, buffers, pipelines, running a job in one submit and reading results back.
 
+mod batch;
 mod bind_groups;
 mod disk_cache;
 mod execute;
@@ -16,15 +17,22 @@ use crate::graph::BufferKey;
 use crate::stats::Stats;
 use gpu::Gpu;
 use slotmap::SlotMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The most storage buffers lazor binds in one kernel, whatever the adapter allows (NVIDIA allows thousands):
 /// past this, a longer bind group costs more per dispatch than a split saves.
 pub const MAX_BINDINGS: usize = 64;
 
-/// A wgpu device and what lazor keeps for it.
+/// A wgpu device and what lazor keeps for it: the part shared with the thread that submits held-back realizes,
+/// and that thread.
 pub(crate) struct WgpuBackend {
+    shared: Arc<Shared>,
+    submitter: std::thread::Thread,
+}
+
+/// What the realizing threads and the submit thread share.
+pub(crate) struct Shared {
     state: Mutex<State>,
     /// Whether kernels use subgroup operations: the device has them and `LAZOR_NO_SUBGROUPS` is unset.
     subgroups: AtomicBool,
@@ -32,8 +40,20 @@ pub(crate) struct WgpuBackend {
     f16: AtomicBool,
     /// Whether f16 matmuls run on cooperative matrices: the device has them and `LAZOR_NO_COOP` is unset.
     coop: AtomicBool,
+    /// Submits in flight before later realizes are held back (`LAZOR_QUEUE_DEPTH`, `Device::set_queue_depth`).
+    depth: AtomicUsize,
+    /// Set when the backend is dropped: the submit thread ends.
+    closed: AtomicBool,
     /// Last, so it is dropped after the buffers and pipelines in `state`: its device is kept for reuse.
     pub gpu: Gpu,
+}
+
+impl std::ops::Deref for WgpuBackend {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
 }
 
 /// The backend's mutable parts, behind one lock.
@@ -43,6 +63,9 @@ struct State {
     pipelines: pipelines::Pipelines,
     params: params::Params,
     reads: SlotMap<ReadId, readback::Pending>,
+    /// Realizes recorded and not yet submitted.
+    batch: Option<batch::Open>,
+    in_flight: batch::InFlight,
 }
 
 impl WgpuBackend {
@@ -55,6 +78,7 @@ impl WgpuBackend {
         let subgroups = AtomicBool::new(gpu.subgroups && !crate::env::no_subgroups());
         let f16 = AtomicBool::new(gpu.f16 && !crate::env::no_f16());
         let coop = AtomicBool::new(gpu.coop && !crate::env::no_coop());
+        let depth = AtomicUsize::new(crate::env::queue_depth().unwrap_or(batch::DEFAULT_DEPTH));
         let pool = pool::Pool::new(crate::backend::free::budget(gpu.memory));
         let mut pipelines = pipelines::Pipelines::default();
         pipelines.disk = disk_cache::DiskCache::open(&gpu.device, &gpu.info, crate::env::cache_dir());
@@ -64,8 +88,22 @@ impl WgpuBackend {
             pipelines,
             params: Default::default(),
             reads: SlotMap::with_key(),
+            batch: None,
+            in_flight: Default::default(),
         };
-        Ok(WgpuBackend { gpu, state: Mutex::new(state), subgroups, f16, coop })
+        let closed = AtomicBool::new(false);
+        let shared = Arc::new(Shared { gpu, state: Mutex::new(state), subgroups, f16, coop, depth, closed });
+        let weak = Arc::downgrade(&shared);
+        let submitter = std::thread::Builder::new()
+            .name("lazor-submit".into())
+            .spawn(move || submit_thread(weak))
+            .map_err(|e| crate::error::Error::DeviceCreation {
+                adapter: shared.gpu.info.name.clone(),
+                message: format!("starting the submit thread: {e}"),
+            })?
+            .thread()
+            .clone();
+        Ok(WgpuBackend { shared, submitter })
     }
 
     /// What codegen may use on this device now.
@@ -81,9 +119,84 @@ impl WgpuBackend {
     pub fn pipeline_cache_file(&self) -> Option<std::path::PathBuf> {
         self.state().pipelines.disk.as_ref().map(|d| d.path().to_path_buf())
     }
+}
 
+impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Submits the held-back realizes, if any.
+    fn flush(&self, st: &mut State) {
+        if let Some(open) = st.batch.take() {
+            let realizes = open.realizes;
+            st.in_flight.submit(&self.gpu.queue, open.finish(), realizes);
+        }
+    }
+
+    /// Whether a held batch of `held` realizes goes to the GPU now, by what wgpu last reported
+    /// ([`batch::submit_now`]).
+    fn room(&self, st: &mut State, held: u32) -> bool {
+        st.in_flight.room(self.depth.load(Ordering::Relaxed), held)
+    }
+
+    /// As [`Shared::room`], asking wgpu first when the last report says no (a poll that does not block), so a
+    /// program that keeps realizing submits the moment a submit finishes rather than when the submit thread wakes.
+    fn room_now(&self, st: &mut State, held: u32) -> bool {
+        if self.depth.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.room(st, held) || (self.gpu.device.poll(wgpu::PollType::Poll).is_ok() && self.room(st, held))
+    }
+}
+
+impl Drop for WgpuBackend {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+        self.submitter.unpark();
+    }
+}
+
+/// The submit thread: woken when a realize is held back, it waits for the oldest submit in flight to finish and
+/// submits the held-back realizes once the queue has room, so they never wait for the program's next call.
+fn submit_thread(shared: std::sync::Weak<Shared>) {
+    loop {
+        std::thread::park();
+        loop {
+            let Some(sh) = shared.upgrade() else { return };
+            if sh.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let oldest = {
+                let mut st = sh.state();
+                if st.batch.is_none() {
+                    break;
+                }
+                let held = st.batch.as_ref().map_or(0, |b| b.realizes);
+                if sh.room(&mut st, held) {
+                    // Errors here have no error scope: wgpu reports them to the device's uncaptured-error
+                    // handler, and the next realize or read returns them.
+                    sh.flush(&mut st);
+                    break;
+                }
+                match st.in_flight.oldest() {
+                    Some(index) => index,
+                    // Depth 0: held back until a read, synchronize or flush.
+                    None => break,
+                }
+            };
+            if sh.gpu.is_lost() {
+                // The device is lost: every later call reports it, and nothing held back can run.
+                return;
+            }
+            let wait = wgpu::PollType::Wait { submission_index: Some(oldest), timeout: None };
+            if sh.gpu.device.poll(wait).is_err() {
+                // A submit wgpu never ran cannot be waited for: submit what is held now, still in order.
+                let mut st = sh.state();
+                sh.flush(&mut st);
+                break;
+            }
+        }
     }
 }
 
@@ -113,11 +226,38 @@ impl Backend for WgpuBackend {
     }
 
     fn synchronize(&self) -> Result<()> {
+        self.flush_all();
         self.gpu.wait()
     }
 
     fn poll(&self) -> Result<()> {
+        {
+            let mut st = self.state();
+            let held = st.batch.as_ref().map_or(0, |b| b.realizes);
+            if self.room(&mut st, held) {
+                self.flush(&mut st);
+            }
+        }
         self.gpu.poll()
+    }
+
+    fn flush_all(&self) {
+        let mut st = self.state();
+        self.flush(&mut st);
+    }
+
+    fn set_queue_depth(&self, depth: usize) {
+        self.depth.store(depth, Ordering::Relaxed);
+        // A deeper queue may have room for what is held back now.
+        self.submitter.unpark();
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    fn submits(&self) -> Option<u64> {
+        Some(self.state().in_flight.made())
     }
 
     fn read_ready(&self, id: ReadId) -> bool {

@@ -19,14 +19,16 @@ pub struct Params {
 
 impl Params {
     /// A buffer holding `words`, and a cached buffer dropped to make room, if any (bind groups holding it may go).
-    /// A new block is written with `queue.write_buffer`, which lands before the next submit's kernels; it reuses
-    /// the least recently used block's buffer when that is large enough (the queue orders the write after the
-    /// kernels already submitted that read it).
+    /// A new block is written with `queue.write_buffer`, which lands before the next submit's kernels; with
+    /// `reuse` it goes into the least recently used block's buffer when that is large enough (the queue orders the
+    /// write after the kernels already submitted that read it, so the caller passes `false` while kernels that may
+    /// read it are recorded and not yet submitted).
     pub fn get(
         &mut self,
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         words: &[u32],
+        reuse: bool,
         stats: &mut Stats,
     ) -> (wgpu::Buffer, Option<wgpu::Buffer>) {
         self.clock += 1;
@@ -42,7 +44,7 @@ impl Params {
         }
         stats.param_uploads += 1;
         let (buffer, dropped) = match spare {
-            Some(b) if b.size() >= size => (b, None),
+            Some(b) if reuse && b.size() >= size => (b, None),
             dropped => {
                 stats.buffers_allocated += 1;
                 let buffer = device.create_buffer(&wgpu::BufferDescriptor {

@@ -1,0 +1,137 @@
+//! Submit batching: while the GPU has work queued, realizes are recorded into one open compute pass and submitted
+//! together; a thread submits what is held back as soon as the queue has room.
+
+// Each queue submit costs the GPU about 16 us of idle time on an H200 (Vulkan), and each compute pass about 6 us
+// more than a dispatch inside one pass: a 256 MiB reduction takes 67 us, so a loop of realizes lost a fifth of its
+// time between submits. Holding a realize back costs nothing while the GPU is still busy with earlier submits, so
+// lazor submits at once when fewer than `depth` submits are in flight and otherwise records into the open pass.
+// A read, `synchronize`, `flush` or a full batch submits at once; the thread covers a program that stops calling
+// lazor while work is held back, so the GPU never idles with work waiting.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Realizes one batch holds at most: past this a batch is submitted whatever the queue holds, which bounds the
+/// commands recorded on the host and the latency of the first realize in it.
+pub const MAX_REALIZES: u32 = 64;
+
+/// Submits in flight before later realizes are held back, unless `LAZOR_QUEUE_DEPTH` says otherwise: one running
+/// and one queued behind it, so the GPU starts the next as soon as one ends.
+pub const DEFAULT_DEPTH: usize = 2;
+
+/// A command encoder with one compute pass open in it, holding the realizes recorded since the last submit.
+pub struct Open {
+    /// `None` once the pass has ended (read-back copies go on the encoder after it).
+    pass: Option<wgpu::ComputePass<'static>>,
+    encoder: wgpu::CommandEncoder,
+    /// Realizes recorded into this batch.
+    pub realizes: u32,
+}
+
+impl Open {
+    pub fn new(device: &wgpu::Device) -> Open {
+        let encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("lazor") });
+        Open { pass: None, encoder, realizes: 0 }
+    }
+
+    /// The open compute pass, begun on first use. A batch whose pass has ended gets no more kernels: the caller
+    /// submits it right after its read-back copies.
+    pub fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
+        let encoder = &mut self.encoder;
+        self.pass.get_or_insert_with(|| {
+            encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default()).forget_lifetime()
+        })
+    }
+
+    /// The encoder, for copies after the kernels: ends the pass.
+    pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        self.pass = None;
+        &mut self.encoder
+    }
+
+    /// Ends the pass and the encoder.
+    pub fn finish(mut self) -> wgpu::CommandBuffer {
+        self.pass = None;
+        self.encoder.finish()
+    }
+}
+
+/// Whether a held batch of `held` realizes goes to the GPU now, with `in_flight` submits unfinished, the last of
+/// them carrying `last` realizes: always onto an idle queue; onto a busy one only below `depth` and only when the
+/// batch carries at least as many realizes as the submit it would queue behind.
+///
+/// Each submit boundary costs the GPU the same idle time however much the submit holds, so a program that
+/// realizes faster than the GPU runs gets batches that double in size instead of one or two realizes each: on
+/// the H200, 32 layer norms in a row went from about 16 submits to 6. Depth 0 holds everything back.
+pub fn submit_now(in_flight: usize, depth: usize, held: u32, last: u32) -> bool {
+    depth > 0 && (in_flight == 0 || (in_flight < depth && held >= last))
+}
+
+/// Submits made and finished, counted by wgpu's completion callbacks (which run whenever wgpu polls: on every
+/// submit and every wait).
+#[derive(Default)]
+pub struct InFlight {
+    /// Submits not yet seen finished: their number, wgpu's index for them and the realizes they carry.
+    sent: VecDeque<(u64, wgpu::SubmissionIndex, u32)>,
+    /// Submits made.
+    made: u64,
+    /// Submits finished, set by the callbacks.
+    done: Arc<AtomicU64>,
+}
+
+impl InFlight {
+    /// Submits `commands`, which carry `realizes` realizes, and counts them.
+    pub fn submit(&mut self, queue: &wgpu::Queue, commands: wgpu::CommandBuffer, realizes: u32) {
+        let index = queue.submit([commands]);
+        self.made += 1;
+        let number = self.made;
+        let done = self.done.clone();
+        queue.on_submitted_work_done(move || {
+            done.fetch_max(number, Ordering::AcqRel);
+        });
+        self.sent.push_back((number, index, realizes));
+    }
+
+    /// Submits made so far.
+    pub fn made(&self) -> u64 {
+        self.made
+    }
+
+    /// Submits not known to be finished.
+    pub fn count(&mut self) -> usize {
+        let done = self.done.load(Ordering::Acquire);
+        while self.sent.front().is_some_and(|&(n, _, _)| n <= done) {
+            self.sent.pop_front();
+        }
+        (self.made - done) as usize
+    }
+
+    /// Whether a held batch of `held` realizes goes to the GPU now (see [`submit_now`]).
+    pub fn room(&mut self, depth: usize, held: u32) -> bool {
+        let n = self.count();
+        submit_now(n, depth, held, self.sent.back().map_or(0, |s| s.2))
+    }
+
+    /// The oldest submit not known to be finished: the one to wait for before the queue has room.
+    pub fn oldest(&mut self) -> Option<wgpu::SubmissionIndex> {
+        self.count();
+        self.sent.front().map(|(_, index, _)| index.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::submit_now;
+
+    #[test]
+    fn an_idle_queue_takes_any_batch_and_a_busy_one_only_a_batch_no_smaller_than_the_last_submit() {
+        assert!(submit_now(0, 2, 1, 0));
+        assert!(submit_now(0, 2, 1, 40), "idle: the size of the last submit does not matter");
+        assert!(submit_now(1, 2, 3, 3));
+        assert!(!submit_now(1, 2, 2, 3), "busy: too small to be worth a submit boundary yet");
+        assert!(!submit_now(2, 2, 64, 1), "full");
+        assert!(!submit_now(0, 0, 5, 0), "depth 0 holds everything");
+        assert!(submit_now(3, 4, 8, 8));
+    }
+}
