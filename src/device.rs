@@ -231,27 +231,27 @@ impl Device {
         &wgpu.gpu.queue
     }
 
-    /// Submits the realizes this device holds back. While the GPU has [`queue_depth`](Device::queue_depth) submits
-    /// in flight, a wgpu device records later realizes into one open batch instead of submitting each: every
-    /// submit costs the GPU idle time, and the batch goes to the GPU as soon as the queue has room and it holds as
-    /// many realizes as the submit ahead of it (so batches grow while the GPU stays busy), on a thread of the
-    /// device's own if the program makes no further call. Reads and [`synchronize`](Device::synchronize) flush by themselves; call this before
-    /// submitting work of your own through [`wgpu_queue`](Device::wgpu_queue) that must follow lazor's. Nothing to
-    /// do on the CPU backend, which runs each realize when it is made.
+    /// Submits the realizes this device holds back. While the GPU has work in flight, a wgpu device records later
+    /// realizes into one open batch instead of submitting each: every submit costs the GPU idle time and the host
+    /// time. A thread of the device's own submits the batch once the queue has room (see
+    /// [`set_queue_depth`](Device::set_queue_depth)), with everything made meanwhile. Reads and
+    /// [`synchronize`](Device::synchronize) flush by themselves; call this before submitting work of your own
+    /// through [`wgpu_queue`](Device::wgpu_queue) that must follow lazor's. Nothing to do on the CPU backend, which
+    /// runs each realize when it is made.
     pub fn flush(&self) {
         self.inner.backend.flush_all();
     }
 
-    /// Sets how many submits may be in flight before later realizes are held back and batched (the default is 2,
-    /// or `LAZOR_QUEUE_DEPTH`). 0 holds every realize back until a read, `synchronize`, `flush`, or a batch of 64
-    /// realizes: the fewest submits, for programs that realize many small results and then read them. No effect
-    /// on the CPU backend.
+    /// Sets how many submits the device's submit thread keeps in flight (the default is 1, or
+    /// `LAZOR_QUEUE_DEPTH`); a realize onto an idle GPU is submitted at once whatever the depth. With more than one,
+    /// a held batch is queued behind a running submit once it holds at least as many realizes. 0 holds every
+    /// realize back until a read, `synchronize`, `flush`, or a batch of 64 realizes: the fewest submits, for
+    /// programs that realize many small results and then read them. No effect on the CPU backend.
     pub fn set_queue_depth(&self, depth: usize) {
         self.inner.backend.set_queue_depth(depth);
     }
 
-    /// How many submits may be in flight before later realizes are held back (0 on the CPU backend, which holds
-    /// nothing back).
+    /// How many submits the submit thread keeps in flight (0 on the CPU backend, which holds nothing back).
     pub fn queue_depth(&self) -> usize {
         self.inner.backend.queue_depth()
     }

@@ -156,7 +156,7 @@ fn taking_the_wgpu_queue_submits_what_is_held_back() {
 #[test]
 fn a_busy_gpu_batches_realizes_and_an_idle_one_gets_each_at_once() {
     for dev in devices().into_iter().filter(|d| !d.is_cpu()) {
-        assert_eq!(dev.queue_depth(), 2, "{}: the default depth", dev.name());
+        assert_eq!(dev.queue_depth(), 1, "{}: the default depth", dev.name());
         // Large enough that the GPU takes far longer over each realize than the host takes to make the next: a
         // software adapter is slow at any size, a hardware one needs 256 MiB a tensor (about 0.1 ms an H200).
         let n = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu { 1 << 20 } else { 1 << 26 };
@@ -180,14 +180,9 @@ fn a_busy_gpu_batches_realizes_and_an_idle_one_gets_each_at_once() {
         }
         dev.synchronize().unwrap();
         let submits = dev.stats().submits - before;
-        if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
-            // Lavapipe's vkQueueSubmit returns only once the submit before it has run, so its queue never holds
-            // two and nothing is held back: batching is checked on hardware (and with depth 0 above, anywhere).
-            assert!((1..=32).contains(&submits), "{}: {submits} submits", dev.name());
-        } else {
-            // Batches double: 1, 1, 2, 4, 8, 16 realizes when the host is always ahead of the GPU.
-            assert!((1..=12).contains(&submits), "{}: {submits} submits", dev.name());
-        }
+        // A realize made while a submit is in flight is held; each batch holds what the host made while the one
+        // before ran, so a few submits carry all 32.
+        assert!((1..=12).contains(&submits), "{}: {submits} submits", dev.name());
         let last = last.unwrap();
         let want = lazor::reference::eval(&[&last]).pop().unwrap();
         assert_close(&last.to_vec(), &want, 1e-5, 1e-6, &dev.name());

@@ -166,12 +166,13 @@ impl WgpuBackend {
         if has_work {
             batch.realizes += 1;
         }
-        // Submit now when something waits for this realize (a read), when the GPU would otherwise run dry, or when
-        // the batch is full; else hold it back for the submit thread or the next realize. A batch holding nothing
-        // (this realize had no GPU work and none was held) is dropped.
+        // Submit now when something waits for this realize (a read), when the GPU has nothing in flight, or when
+        // the batch is full; else hold it back for the submit thread, which queues it once it is worth a submit.
+        // A batch holding nothing (this realize had no GPU work and none was held) is dropped.
+        let idle = self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0 && st.in_flight.count() == 0;
         let held = if batch.realizes == 0 {
             false
-        } else if !staged.is_empty() || batch.realizes >= batch::MAX_REALIZES || self.room_now(st, batch.realizes) {
+        } else if !staged.is_empty() || batch.realizes >= batch::MAX_REALIZES || idle {
             let realizes = batch.realizes;
             st.in_flight.submit(&gpu.queue, batch.finish(), realizes);
             false

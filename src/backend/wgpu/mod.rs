@@ -139,15 +139,6 @@ impl Shared {
     fn room(&self, st: &mut State, held: u32) -> bool {
         st.in_flight.room(self.depth.load(Ordering::Relaxed), held)
     }
-
-    /// As [`Shared::room`], asking wgpu first when the last report says no (a poll that does not block), so a
-    /// program that keeps realizing submits the moment a submit finishes rather than when the submit thread wakes.
-    fn room_now(&self, st: &mut State, held: u32) -> bool {
-        if self.depth.load(Ordering::Relaxed) == 0 {
-            return false;
-        }
-        self.room(st, held) || (self.gpu.device.poll(wgpu::PollType::Poll).is_ok() && self.room(st, held))
-    }
 }
 
 impl Drop for WgpuBackend {
@@ -189,8 +180,13 @@ fn submit_thread(shared: std::sync::Weak<Shared>) {
                 // The device is lost: every later call reports it, and nothing held back can run.
                 return;
             }
-            let wait = wgpu::PollType::Wait { submission_index: Some(oldest), timeout: None };
-            if sh.gpu.device.poll(wait).is_err() {
+            // A short wait, so a batch that has grown enough is queued behind the running submit before that
+            // one ends rather than after.
+            let wait = wgpu::PollType::Wait { submission_index: Some(oldest), timeout: Some(batch::RECHECK) };
+            if let Err(e) = sh.gpu.device.poll(wait) {
+                if matches!(e, wgpu::PollError::Timeout) {
+                    continue;
+                }
                 // A submit wgpu never ran cannot be waited for: submit what is held now, still in order.
                 let mut st = sh.state();
                 sh.flush(&mut st);
