@@ -242,9 +242,9 @@ impl Device {
         self.inner.backend.flush_all();
     }
 
-    /// Sets how many submits the device's submit thread keeps in flight (the default is 1, or
+    /// Sets how many submits the device's submit thread keeps in flight (the default is 2, or
     /// `LAZOR_QUEUE_DEPTH`); a realize onto an idle GPU is submitted at once whatever the depth. With more than one,
-    /// a held batch is queued behind a running submit once it holds at least as many realizes. 0 holds every
+    /// a held batch is queued behind a running submit once it holds twice as many realizes. 0 holds every
     /// realize back until a read, `synchronize`, `flush`, or a batch of 64 realizes: the fewest submits, for
     /// programs that realize many small results and then read them. No effect on the CPU backend.
     pub fn set_queue_depth(&self, depth: usize) {

@@ -4,9 +4,9 @@
 // Each queue submit costs the GPU about 16 us of idle time on an H200 (Vulkan), and the host 12-15 us (encoding
 // the pass, vkQueueSubmit): a 4096 x 4096 layer norm runs in 42 us, so a loop of realizes that each submitted was
 // bound by the host, and the GPU idled between submits. So a realize made while a submit is in flight records
-// into the open pass and returns, and the device's submit thread submits the batch when the queue has room:
-// everything the host made while the last submit ran goes in one. A read, `synchronize`, `flush` or a full batch
-// submits at once, and so does a realize onto an idle GPU, which keeps a single realize as quick as before.
+// into the open pass and returns, and the device's submit thread submits the batch: behind the running submit
+// once it holds twice as many realizes, or when the queue runs dry. A read, `synchronize`, `flush` or a full
+// batch submits at once, and so does a realize onto an idle GPU, which keeps a single realize as quick as before.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,13 +20,13 @@ pub const MAX_REALIZES: u32 = 64;
 /// grown enough to queue.
 pub const RECHECK: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Submits the submit thread keeps in flight, unless `LAZOR_QUEUE_DEPTH` says otherwise: one, so a held batch
-/// goes to the GPU the moment the running submit ends, carrying everything made meanwhile. With 2, a batch is
-/// queued behind the running one sooner, which saves the thread's wake-up but splits the work into more, smaller
-/// submits: 32 realizes in a row on the H200 (`examples/probe_x32.rs`, one call) ran at 3847 / 3292 / 2884 /
-/// 2623 GB/s (row sum, column sum, softmax, layer norm) with depth 1 against 3735-3778 / 3240-3265 / 2720-2861 /
-/// 2332-2438 with depth 2.
-pub const DEFAULT_DEPTH: usize = 1;
+/// Submits the submit thread keeps in flight, unless `LAZOR_QUEUE_DEPTH` says otherwise: one running and one
+/// queued behind it once the held batch is twice the running one, so batches double while the host stays ahead
+/// and the GPU starts the next the moment one ends. `examples/queue_depth.rs` on the H200 (two runs in one call):
+/// depth 2 against 1, row sum 3894 / 3866 against 3825 / 3775 GB/s, column sum 3302 / 3354 against 3115 / 3161,
+/// softmax 2761 / 2782 against 2741 / 2803, layer norm 2483 / 2655 against 2436 / 2494. Queuing a batch merely as
+/// large as the running one gave layer norm 2417 (31 submits per 32 realizes).
+pub const DEFAULT_DEPTH: usize = 2;
 
 /// A command encoder with one compute pass open in it, holding the realizes recorded since the last submit.
 pub struct Open {
@@ -67,10 +67,11 @@ impl Open {
 
 /// Whether a held batch of `held` realizes goes to the GPU now, with `in_flight` submits unfinished, the last of
 /// them carrying `last` realizes: always onto an idle queue; onto a busy one only below `depth` and only when the
-/// batch carries at least as many realizes as the submit it would queue behind, since each submit boundary costs
-/// the GPU the same idle time however much the submit holds. Depth 0 holds everything back.
+/// batch carries at least twice as many realizes as the submit it would queue behind, since each submit boundary
+/// costs the GPU the same idle time however much the submit holds: batches double (1, 2, 4, 8, 16) while the host
+/// keeps ahead. Depth 0 holds everything back.
 pub fn submit_now(in_flight: usize, depth: usize, held: u32, last: u32) -> bool {
-    depth > 0 && (in_flight == 0 || (in_flight < depth && held >= last))
+    depth > 0 && (in_flight == 0 || (in_flight < depth && held >= 2 * last))
 }
 
 /// Submits made and finished, counted by wgpu's completion callbacks (which run whenever wgpu polls: on every
@@ -130,13 +131,14 @@ mod tests {
     use super::submit_now;
 
     #[test]
-    fn an_idle_queue_takes_any_batch_and_a_busy_one_only_a_batch_no_smaller_than_the_last_submit() {
+    fn an_idle_queue_takes_any_batch_and_a_busy_one_only_a_batch_twice_the_last_submit() {
         assert!(submit_now(0, 2, 1, 0));
         assert!(submit_now(0, 2, 1, 40), "idle: the size of the last submit does not matter");
-        assert!(submit_now(1, 2, 3, 3));
-        assert!(!submit_now(1, 2, 2, 3), "busy: too small to be worth a submit boundary yet");
+        assert!(submit_now(1, 2, 6, 3));
+        assert!(!submit_now(1, 2, 5, 3), "busy: too small to be worth a submit boundary yet");
         assert!(!submit_now(2, 2, 64, 1), "full");
         assert!(!submit_now(0, 0, 5, 0), "depth 0 holds everything");
-        assert!(submit_now(3, 4, 8, 8));
+        assert!(submit_now(3, 4, 16, 8));
+        assert!(!submit_now(1, 1, 64, 1), "depth 1 waits for the queue to empty");
     }
 }
