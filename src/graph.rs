@@ -3,12 +3,12 @@
 //! Nothing here touches wgpu: a realized node names its buffer by a [`BufferKey`] that the runtime resolves.
 
 use crate::dtype::DType;
+use crate::hash::FastMap;
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::shape::Shape;
 use crate::view::View;
 use slotmap::{new_key_type, SlotMap};
 use smallvec::SmallVec;
-use std::collections::HashMap;
 
 new_key_type! {
     /// A node of a device's graph.
@@ -88,8 +88,8 @@ pub struct Graph {
     nodes: SlotMap<NodeId, Node>,
     /// Live folds by what they fold: asking twice for the same reduction of the same node (a layer norm's mean and
     /// its variance's mean) gets the same node, computed once.
-    folds: HashMap<(ReduceOp, NodeId, usize), NodeId>,
-    fold_keys: HashMap<NodeId, (ReduceOp, NodeId, usize)>,
+    folds: FastMap<(ReduceOp, NodeId, usize), NodeId>,
+    fold_keys: FastMap<NodeId, (ReduceOp, NodeId, usize)>,
 }
 
 impl Graph {

@@ -28,6 +28,7 @@ mod element;
 mod env;
 mod error;
 mod graph;
+mod hash;
 mod kernel;
 mod matmul;
 #[doc(hidden)]

@@ -3,9 +3,9 @@
 
 use super::{lane_type, Builder, Target, WORKGROUP_SIZE};
 use crate::dtype::DType;
+use crate::hash::FastMap;
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase, TILE};
 use crate::op::Helper;
-use std::collections::HashMap;
 use std::fmt::Write;
 
 /// An `i32` parameter.
@@ -35,7 +35,7 @@ pub(super) struct Emitter<'a> {
     /// Whether instructions are being spelled 4 elements at a time.
     pub wide: bool,
     /// Cats by the index their parts' instructions start at.
-    cat_starts: HashMap<usize, Vec<usize>>,
+    cat_starts: FastMap<usize, Vec<usize>>,
     target: Target,
     /// Per output: whether it is stored 4 elements (whole words) per thread; otherwise a narrow output is stored
     /// by atomic read-modify-write of its word, as neighbouring elements belong to other threads.
@@ -355,7 +355,7 @@ impl<'a> Emitter<'a> {
     /// As [`Emitter::new`], with the f16 inputs `octets` bound as `vec4<u32>`, 8 halves to an element, for kernels
     /// that read them 16 bytes at a time (the tensor-core matmul).
     pub fn with_octets(k: &'a Kernel, target: &Target, octets: &[usize]) -> Emitter<'a> {
-        let mut cat_starts: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut cat_starts: FastMap<usize, Vec<usize>> = FastMap::default();
         for (q, instr) in k.body.iter().enumerate() {
             if let Instr::Cat { parts, .. } = instr {
                 cat_starts.entry(parts.first().map_or(q, |p| p.body.start)).or_default().push(q);

@@ -8,9 +8,9 @@
 //! and none is read through a view (a kernel cannot read what its own other threads write).
 
 use crate::graph::{Graph, NodeId, Op};
+use crate::hash::{FastMap, FastSet};
 use crate::shape::Shape;
 use smallvec::SmallVec;
-use std::collections::{HashMap, HashSet};
 
 /// Leaves whose buffers a node's inlined expression reads; kept at most as long as the binding limit.
 pub(super) type LeafSet = SmallVec<[NodeId; 8]>;
@@ -52,9 +52,9 @@ pub(super) struct Group {
 
 /// The materialization decisions for one realize.
 pub(super) struct Fusion {
-    pub materialized: HashSet<NodeId>,
+    pub materialized: FastSet<NodeId>,
     /// For every compute node: the buffers its inlined expression reads and how many ops it computes.
-    pub inlined: HashMap<NodeId, Inlined>,
+    pub inlined: FastMap<NodeId, Inlined>,
 }
 
 /// What evaluating a node inline costs a kernel.
@@ -89,11 +89,11 @@ fn add(set: &mut LeafSet, id: NodeId) {
 pub(super) fn materialize(
     graph: &Graph,
     order: &[NodeId],
-    outputs: &HashSet<NodeId>,
-    forced: &HashSet<NodeId>,
+    outputs: &FastSet<NodeId>,
+    forced: &FastSet<NodeId>,
     opts: &Options,
 ) -> Fusion {
-    let mut fusion = Fusion { materialized: HashSet::new(), inlined: HashMap::new() };
+    let mut fusion = Fusion { materialized: FastSet::default(), inlined: FastMap::default() };
     for &id in order {
         let node = graph.node(id);
         let wants = match node.op {
@@ -213,10 +213,10 @@ pub(super) fn group(
     order: &[NodeId],
     fusion: &Fusion,
     opts: &Options,
-    no_rows: &HashSet<NodeId>,
+    no_rows: &FastSet<NodeId>,
 ) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    let mut group_of: HashMap<NodeId, usize> = HashMap::new();
+    let mut group_of: FastMap<NodeId, usize> = FastMap::default();
     for &id in order.iter().filter(|id| fusion.materialized.contains(id)) {
         let shape = &graph.node(id).shape;
         let is_head = matches!(graph.node(id).op, Op::Reduce(..) | Op::Matmul(..));
@@ -287,8 +287,8 @@ fn joins_rows(
     grp: &Group,
     id: NodeId,
     deps: &LeafSet,
-    group_of: &HashMap<NodeId, usize>,
-    no_rows: &HashSet<NodeId>,
+    group_of: &FastMap<NodeId, usize>,
+    no_rows: &FastSet<NodeId>,
 ) -> Option<bool> {
     let first = grp.head?;
     let (domain, axis) = row_fold(graph, first)?;
@@ -323,7 +323,7 @@ fn joins_rows(
 
 /// Whether the group still binds at most `max` buffers with `deps` added (outputs counted as if every member
 /// were one).
-fn bindings_fit(grp: &Group, deps: &LeafSet, g: usize, group_of: &HashMap<NodeId, usize>, max: usize) -> bool {
+fn bindings_fit(grp: &Group, deps: &LeafSet, g: usize, group_of: &FastMap<NodeId, usize>, max: usize) -> bool {
     let mut inputs = grp.inputs.clone();
     for d in deps.iter().filter(|d| group_of.get(d) != Some(&g)) {
         add(&mut inputs, *d);

@@ -13,10 +13,10 @@
 use super::fuse::{Fusion, Group};
 use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
+use crate::hash::{FastMap, FastSet};
 use crate::kernel::{Access, CatPart, Frame, Instr, Kernel, Kind, ViewRef, TILE};
 use crate::shape::Shape;
 use crate::view::{contiguous_strides, View};
-use std::collections::{HashMap, HashSet};
 
 /// Strided kernels smaller than this stay scalar: they are bound by launch latency, not bandwidth, and one
 /// pipeline then serves every small size of a pattern.
@@ -35,7 +35,7 @@ struct Mapping {
 pub(super) struct Lowerer<'a> {
     graph: &'a Graph,
     fusion: &'a Fusion,
-    members: HashSet<NodeId>,
+    members: FastSet<NodeId>,
     pub k: Kernel,
     /// The shape the kernel's own coordinates range over while lowering (a reduce kernel's prologue folds over its
     /// input's shape, its epilogue runs over the output's).
@@ -44,10 +44,10 @@ pub(super) struct Lowerer<'a> {
     reduced: Option<NodeId>,
     /// Names a node's buffer in the plan.
     slot: &'a mut dyn FnMut(NodeId) -> usize,
-    cache: HashMap<(NodeId, Mapping), usize>,
-    views: HashMap<(View, usize), usize>,
+    cache: FastMap<(NodeId, Mapping), usize>,
+    views: FastMap<(View, usize), usize>,
     /// In a rows kernel: its folds lowered so far (by phase), the axis of its rows, and the member being lowered.
-    pub folds: HashMap<NodeId, usize>,
+    pub folds: FastMap<NodeId, usize>,
     pub row_axis: Option<usize>,
     pub current: Option<NodeId>,
 }
@@ -68,9 +68,9 @@ impl<'a> Lowerer<'a> {
             k,
             reduced: None,
             slot,
-            cache: HashMap::new(),
-            views: HashMap::new(),
-            folds: HashMap::new(),
+            cache: FastMap::default(),
+            views: FastMap::default(),
+            folds: FastMap::default(),
             row_axis: None,
             current: None,
         }

@@ -10,8 +10,8 @@ pub mod toposort;
 pub use fuse::Options;
 
 use crate::graph::{BufferKey, Graph, NodeId, Op};
+use crate::hash::{FastMap, FastSet};
 use crate::kernel::Kernel;
-use std::collections::{HashMap, HashSet};
 
 /// Where the value of a plan slot comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl Plan {
 struct Slots<'a> {
     graph: &'a Graph,
     slots: Vec<Slot>,
-    of: HashMap<NodeId, usize>,
+    of: FastMap<NodeId, usize>,
 }
 
 impl Slots<'_> {
@@ -96,7 +96,7 @@ impl Slots<'_> {
 /// If lowering keeps asking to store a node that is already stored (a scheduler bug, reported rather than looped).
 pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     let mut unique = Vec::new();
-    let mut seen = HashSet::new();
+    let mut seen = FastSet::default();
     for &o in outputs {
         if seen.insert(o) {
             unique.push(o);
@@ -104,16 +104,16 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     }
     let order = toposort::toposort(graph, &unique);
     // Lowering may find a view it cannot express over its source; that source is then stored, and we start over.
-    let mut forced: HashSet<NodeId> = HashSet::new();
+    let mut forced: FastSet<NodeId> = FastSet::default();
     // A member of a rows kernel that reads one of its folds other than broadcast along the rows leaves it.
-    let mut no_rows: HashSet<NodeId> = HashSet::new();
+    let mut no_rows: FastSet<NodeId> = FastSet::default();
     let (kernels, mut slots, fusion) = loop {
         let fusion = fuse::materialize(graph, &order, &seen, &forced, opts);
         let groups = fuse::group(graph, &order, &fusion, opts, &no_rows);
         // Members read by another group must be written even when nobody asked for them.
-        let read_elsewhere: HashSet<NodeId> = groups.iter().flat_map(|g| g.inputs.iter().copied()).collect();
+        let read_elsewhere: FastSet<NodeId> = groups.iter().flat_map(|g| g.inputs.iter().copied()).collect();
         let written = |id: NodeId| seen.contains(&id) || read_elsewhere.contains(&id);
-        let mut slots = Slots { graph, slots: Vec::new(), of: HashMap::new() };
+        let mut slots = Slots { graph, slots: Vec::new(), of: FastMap::default() };
         let mut lower_all = || -> Result<Vec<Kernel>, NodeId> {
             let mut kernels = Vec::with_capacity(groups.len());
             for g in &groups {
@@ -170,7 +170,7 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     }
 
     // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.
-    let mut last_use: HashMap<usize, usize> = HashMap::new();
+    let mut last_use: FastMap<usize, usize> = FastMap::default();
     for (k, kernel) in kernels.iter().enumerate() {
         let touched = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
         for s in touched {

@@ -1,12 +1,12 @@
 //! Orders the part of the graph that a realize needs, inputs before consumers, without recursion.
 
 use crate::graph::{Graph, NodeId};
-use std::collections::HashSet;
+use crate::hash::FastSet;
 
 /// Every node reachable from `roots`, each after all of its inputs. Iterative depth-first search, so a chain of any
 /// length fits in heap memory rather than on the stack.
 pub fn toposort(graph: &Graph, roots: &[NodeId]) -> Vec<NodeId> {
-    let mut visited: HashSet<NodeId> = HashSet::new();
+    let mut visited: FastSet<NodeId> = FastSet::default();
     let mut order = Vec::new();
     // (node, its inputs are done): a node is pushed again, marked done, beneath its inputs.
     let mut stack: Vec<(NodeId, bool)> = roots.iter().rev().map(|&r| (r, false)).collect();

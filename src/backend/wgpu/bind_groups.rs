@@ -1,8 +1,8 @@
 //! Bind groups by the pipeline and the buffer ranges they bind: a realize that repeats an earlier one (the same
 //! kernels over buffers the pool hands back) reuses its bind groups instead of creating them again.
 
+use crate::hash::FastMap;
 use smallvec::SmallVec;
-use std::collections::HashMap;
 
 /// One binding: a buffer (by identity), offset and size.
 type Range = (wgpu::Buffer, u64, u64);
@@ -17,7 +17,7 @@ struct Key {
 /// buffer go, and when it grows past a bound.
 #[derive(Default)]
 pub struct BindGroups {
-    groups: HashMap<Key, wgpu::BindGroup>,
+    groups: FastMap<Key, wgpu::BindGroup>,
     /// The pool's `dropped` count when the cache was last emptied.
     seen: u64,
 }

@@ -4,8 +4,8 @@
 // uploads nothing, so its submit carries no staging copy (and no copy-to-kernel barrier) ahead of its kernels. A
 // loop that repeats a computation at fixed shapes hits every time.
 
+use crate::hash::FastMap;
 use crate::stats::Stats;
-use std::collections::HashMap;
 
 /// Blocks kept; past this the least recently used is dropped.
 const MAX_BLOCKS: usize = 64;
@@ -13,7 +13,7 @@ const MAX_BLOCKS: usize = 64;
 /// Cached parameter buffers, written once and never again.
 #[derive(Default)]
 pub struct Params {
-    blocks: HashMap<Vec<u32>, (wgpu::Buffer, u64)>,
+    blocks: FastMap<Vec<u32>, (wgpu::Buffer, u64)>,
     clock: u64,
 }
 

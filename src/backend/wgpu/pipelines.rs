@@ -3,8 +3,8 @@
 use super::disk_cache::DiskCache;
 use super::gpu::Scopes;
 use crate::error::{Error, Result};
+use crate::hash::FastMap;
 use crate::stats::Stats;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A compiled kernel and the layout its bind groups use, fetched once rather than per dispatch.
@@ -18,8 +18,8 @@ pub struct Compiled {
 /// code generation as well as compilation.
 #[derive(Default)]
 pub struct Pipelines {
-    cache: HashMap<String, Arc<Compiled>>,
-    by_key: HashMap<crate::codegen::Key, Arc<Compiled>>,
+    cache: FastMap<String, Arc<Compiled>>,
+    by_key: FastMap<crate::codegen::Key, Arc<Compiled>>,
     /// The driver's cache, kept on disk between processes, where the device has one.
     pub disk: Option<DiskCache>,
 }
