@@ -42,8 +42,9 @@ static DEFAULT: OnceLock<Device> = OnceLock::new();
 impl Device {
     /// Opens an independent wgpu device on the best adapter: a discrete GPU before an integrated one before a
     /// software one. No other live `Device` shares it; the wgpu device of a dropped `Device` is reused rather than
-    /// created again (destroying devices can deadlock NVIDIA's Vulkan driver). `LAZOR_BACKEND` (vulkan, metal, dx12, gl) and `LAZOR_ADAPTER` (part of the adapter's name)
-    /// narrow the choice; `LAZOR_NOFUSE=1` starts it with fusion off.
+    /// created again (destroying devices can deadlock NVIDIA's Vulkan driver). `LAZOR_BACKEND` (vulkan, metal,
+    /// dx12, gl) and `LAZOR_ADAPTER` (part of the adapter's name) narrow the choice; `LAZOR_NOFUSE=1` starts it with
+    /// fusion off.
     ///
     /// # Errors
     /// [`Error::NoAdapter`] when no adapter matches, [`Error::DeviceCreation`] when the adapter refuses,
@@ -211,7 +212,8 @@ impl Device {
     }
 
     /// The underlying wgpu device, for interop (custom kernels, measuring the device's own copy rate) next to
-    /// lazor's work. lazor's tensors and buffers stay private.
+    /// lazor's work. lazor's tensors and buffers stay private. Do not keep a clone past this `Device`'s drop: the
+    /// wgpu device then serves the next `Device` opened on the adapter.
     ///
     /// # Panics
     /// If the device is not a wgpu device.
@@ -243,7 +245,7 @@ impl Device {
     }
 
     /// Sets how many submits the device's submit thread keeps in flight (the default is 2, or
-    /// `LAZOR_QUEUE_DEPTH`); a realize onto an idle GPU is submitted at once whatever the depth. With more than one,
+    /// `LAZOR_QUEUE_DEPTH`); a realize onto an idle GPU is submitted at once at any depth but 0. With more than one,
     /// a held batch is queued behind a running submit once it holds twice as many realizes. 0 holds every
     /// realize back until a read, `synchronize`, `flush`, or a batch of 64 realizes: the fewest submits, for
     /// programs that realize many small results and then read them. No effect on the CPU backend.

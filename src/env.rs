@@ -70,10 +70,15 @@ pub fn matmul_tile() -> Option<[u32; 5]> {
     })
 }
 
-/// `LAZOR_QUEUE_DEPTH`: submits a wgpu device keeps in flight before it holds later realizes back and batches them
-/// into one submit (default 2; 0 holds every realize until a read, `synchronize` or `flush`).
+/// `LAZOR_QUEUE_DEPTH`: submits a wgpu device's submit thread keeps in flight (default 2; 0 holds every realize
+/// until a read, `synchronize` or `flush`). A value that is not a non-negative integer is ignored with a warning.
 pub fn queue_depth() -> Option<usize> {
-    var("LAZOR_QUEUE_DEPTH").and_then(|v| v.trim().parse().ok())
+    let v = var("LAZOR_QUEUE_DEPTH")?;
+    let depth = v.trim().parse().ok();
+    if depth.is_none() {
+        eprintln!("lazor: LAZOR_QUEUE_DEPTH={v:?} is not a non-negative integer; using the default");
+    }
+    depth
 }
 
 /// `LAZOR_POOL_MB`: the most megabytes (2^20 bytes) of free buffers a device keeps for reuse, overriding the

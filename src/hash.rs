@@ -23,9 +23,12 @@ pub struct FastHasher {
 const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 
 impl FastHasher {
+    /// Mixes in a word. A multiply carries differences only upward, so the high half is folded onto the low half
+    /// first (reversibly, so no two words collide): two `u32`s packed in a word, as a slice of them is written,
+    /// would otherwise differ only in bits the bucket index never sees.
     #[inline]
     fn add(&mut self, word: u64) {
-        self.hash = self.hash.wrapping_add(word).wrapping_mul(MULTIPLIER);
+        self.hash = self.hash.wrapping_add(word ^ (word >> 32)).wrapping_mul(MULTIPLIER);
     }
 }
 
@@ -93,5 +96,16 @@ mod tests {
         }
         let s: FastSet<(u64, usize)> = (0..10_000u64).map(|i| (i << 40, (i % 7) as usize)).collect();
         assert_eq!(s.len(), 10_000, "keys differing only in high bits");
+    }
+
+    /// Parameter blocks start with a size, then an f32 constant: as a `[u32]` they are hashed two to a word, the
+    /// constant in the high half. Their hashes must still spread over the low bits hashbrown indexes buckets by.
+    #[test]
+    fn words_differing_in_their_high_half_spread_over_buckets() {
+        use std::hash::BuildHasher;
+        let build = std::hash::BuildHasherDefault::<super::FastHasher>::default();
+        let buckets: FastSet<u64> =
+            (0..100).map(|i| build.hash_one(vec![300u32, (i as f32).to_bits()]) & 127).collect();
+        assert!(buckets.len() >= 50, "100 keys over 128 buckets landed in {} of them", buckets.len());
     }
 }

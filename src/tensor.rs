@@ -184,8 +184,9 @@ impl Tensor {
         matches!(self.device.state().graph.node(self.id).op, Op::Buffer)
     }
 
-    /// Computes the tensor into a device buffer, in one submit, without reading it back. The GPU may still be
-    /// working when this returns; [`Device::synchronize`] waits.
+    /// Computes the tensor into a device buffer without reading it back: at most one submit, none while the GPU is
+    /// busy (the realize joins a batch the device submits later). The GPU may still be working, or not yet have
+    /// started, when this returns; [`Device::synchronize`] waits.
     ///
     /// # Errors
     /// Device failures: out of memory, a lost device, a kernel that does not compile, a tensor too large to bind.
@@ -218,7 +219,8 @@ impl Tensor {
     }
 }
 
-/// Realizes several tensors together: one submit per device, and subexpressions they share are computed once.
+/// Realizes several tensors together: one realize (at most one submit) per device, and subexpressions they share
+/// are computed once.
 ///
 /// # Errors
 /// As [`Tensor::realize`].

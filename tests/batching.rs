@@ -156,7 +156,8 @@ fn taking_the_wgpu_queue_submits_what_is_held_back() {
 #[test]
 fn a_busy_gpu_batches_realizes_and_an_idle_one_gets_each_at_once() {
     for dev in devices().into_iter().filter(|d| !d.is_cpu()) {
-        assert_eq!(dev.queue_depth(), 2, "{}: the default depth", dev.name());
+        let depth = std::env::var("LAZOR_QUEUE_DEPTH").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(2);
+        assert_eq!(dev.queue_depth(), depth, "{}: the default depth", dev.name());
         // Large enough that the GPU takes far longer over each realize than the host takes to make the next: a
         // software adapter is slow at any size, a hardware one needs 256 MiB a tensor (about 0.1 ms an H200).
         let n = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu { 1 << 20 } else { 1 << 26 };
@@ -181,8 +182,9 @@ fn a_busy_gpu_batches_realizes_and_an_idle_one_gets_each_at_once() {
         dev.synchronize().unwrap();
         let submits = dev.stats().submits - before;
         // A realize made while a submit is in flight is held; each batch holds what the host made while the one
-        // before ran, so a few submits carry all 32.
-        assert!((1..=12).contains(&submits), "{}: {submits} submits", dev.name());
+        // before ran, so a few submits carry all 32 (3-6 seen on the H200 and on lavapipe). Half leaves room for
+        // a host that plans slowly next to the GPU.
+        assert!((1..=16).contains(&submits), "{}: {submits} submits", dev.name());
         let last = last.unwrap();
         let want = lazor::reference::eval(&[&last]).pop().unwrap();
         assert_close(&last.to_vec(), &want, 1e-5, 1e-6, &dev.name());

@@ -18,7 +18,11 @@ fn a_dropped_devices_wgpu_device_serves_the_next_device_from_a_clean_start() {
         check(&(&x * 2.0).exp(), 1e-6, 0.0, "first owner");
         let kept = dev.wgpu_device().clone();
         let adapter = dev.adapter_info();
-        drop(x);
+        // Dropped with a realize held back (depth 0 holds everything): the next owner must not see it.
+        dev.set_queue_depth(0);
+        let held = &x + 1.0;
+        held.realize().unwrap();
+        drop((x, held));
         drop(dev);
 
         let next = gpu_devices().pop().expect("a wgpu device opens again");

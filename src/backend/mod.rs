@@ -33,7 +33,7 @@ pub(crate) struct JobBuffer<'a> {
     pub data: Data<'a>,
 }
 
-/// Everything one realize asks of a backend, to run as one unit (one queue submit on a GPU).
+/// Everything one realize asks of a backend, to run as one unit (recorded into one batch on a GPU).
 pub(crate) struct Job<'a> {
     /// The buffer table; kernels name buffers by index into it.
     pub buffers: Vec<JobBuffer<'a>>,
@@ -75,9 +75,9 @@ pub(crate) trait Backend: Send + Sync {
     fn poll(&self) -> Result<()>;
     /// Starts any work the backend holds back (realizes batched while the GPU was busy).
     fn flush_all(&self) {}
-    /// Sets how many submits may be in flight before later realizes are held back and batched.
+    /// Sets how many submits the backend keeps in flight; realizes made while one is in flight are batched.
     fn set_queue_depth(&self, _depth: usize) {}
-    /// How many submits may be in flight before later realizes are held back.
+    /// How many submits the backend keeps in flight.
     fn queue_depth(&self) -> usize {
         0
     }

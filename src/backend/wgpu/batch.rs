@@ -17,8 +17,11 @@ use std::sync::Arc;
 pub const MAX_REALIZES: u32 = 64;
 
 /// How long the submit thread waits for the oldest submit before it looks again at whether the held batch has
-/// grown enough to queue.
+/// grown enough to queue; doubled up to [`MAX_RECHECK`] while the batch does not grow.
 pub const RECHECK: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The longest the submit thread waits between looks at the held batch.
+pub const MAX_RECHECK: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Submits the submit thread keeps in flight, unless `LAZOR_QUEUE_DEPTH` says otherwise: one running and one
 /// queued behind it once the held batch is twice the running one, so batches double while the host stays ahead

@@ -1,5 +1,5 @@
-//! Running a job on wgpu: uploads, parameters (cached by content), one compute pass of kernels, read-back copies,
-//! one submit.
+//! Running a job on wgpu: uploads, parameters (cached by content), kernels recorded into the batch's compute pass,
+//! read-back copies, and a submit unless the batch is held back.
 
 use super::gpu::Scopes;
 use super::{batch, readback, WgpuBackend};
@@ -34,6 +34,8 @@ impl WgpuBackend {
             let p = match st.pipelines.lookup(&key, stats) {
                 Some(p) => p,
                 None => {
+                    // Compiling can take long; what is held back runs meanwhile.
+                    self.flush(st);
                     let wgsl = codegen::generate(kernel, &target);
                     let name = format!("k{}x{}", kernel.fused_ops, kernel.outputs.len());
                     // A matmul's indices are in range by construction: every load and store is guarded by the
@@ -169,16 +171,20 @@ impl WgpuBackend {
         // Submit now when something waits for this realize (a read), when the GPU has nothing in flight, or when
         // the batch is full; else hold it back for the submit thread, which queues it once it is worth a submit.
         // A batch holding nothing (this realize had no GPU work and none was held) is dropped.
-        let idle = self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0 && st.in_flight.count() == 0;
+        // Completions are counted when someone polls: a poll that does not block brings the count up to date
+        // (none of lazor's callbacks takes the state lock held here).
+        let idle = self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0
+            && (st.in_flight.count() == 0
+                || (gpu.device.poll(wgpu::PollType::Poll).is_ok() && st.in_flight.count() == 0));
+        let mut submitted = Ok(());
         let held = if batch.realizes == 0 {
             false
         } else if !staged.is_empty() || batch.realizes >= batch::MAX_REALIZES || idle {
-            let realizes = batch.realizes;
-            st.in_flight.submit(&gpu.queue, batch.finish(), realizes);
+            submitted = self.submit(st, batch);
             false
         } else {
             st.batch = Some(batch);
-            self.submitter.unpark();
+            self.wake();
             true
         };
         if debug >= 3 {
@@ -190,9 +196,10 @@ impl WgpuBackend {
                 (t0.elapsed() - t_encode).as_secs_f64() * 1e6
             );
         }
-        // An error here is a lost device or a bug in lazor; the held-back realizes recorded with this one are
+        // An error here is a lost device or a bug in lazor: wgpu reports bad commands at `finish`, inside `submit`
+        // (which poisons the device), and anything else here. The held-back realizes recorded with this one are
         // submitted now, so the error shows at this call rather than at a later one.
-        let outcome = scopes.pop();
+        let outcome = scopes.pop().and(submitted);
         if outcome.is_err() {
             self.flush(st);
         }

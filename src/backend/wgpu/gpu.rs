@@ -27,6 +27,9 @@ pub struct Gpu {
     pub lost: Arc<Mutex<Option<String>>>,
     /// Errors no error scope caught (there should be none): kept so the next realize returns them.
     pub uncaptured: Arc<Mutex<Vec<String>>>,
+    /// Set when a batch of held-back realizes failed at submit: those realizes were already marked done, so every
+    /// later call fails rather than let their results be read.
+    poisoned: Mutex<Option<String>>,
 }
 
 /// Preference among device types: discrete before integrated before virtual before software.
@@ -169,17 +172,21 @@ impl Gpu {
         let memory = device_memory(&adapter);
         // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB, far below real GPUs.
         let limits = adapter.limits();
-        // A device a dropped Device left behind, where there is one: see keep.rs for why devices are kept.
-        let (device, queue) = match super::keep::take(&info) {
+        // A device a dropped Device left behind, where there is one: see keep.rs for why devices are kept. Its
+        // device-lost flag goes with it, since the callback that sets it was installed once, at creation.
+        let (device, queue, lost) = match super::keep::take(&info) {
             Some(kept) => kept,
-            None => request(&adapter, &info, &limits)?,
+            None => {
+                let (device, queue) = request(&adapter, &info, &limits)?;
+                let lost = Arc::new(Mutex::new(None));
+                let lost_cb = lost.clone();
+                device.set_device_lost_callback(move |reason, message| {
+                    *lost_cb.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{reason:?}: {message}"));
+                });
+                (device, queue, lost)
+            }
         };
-        // Replaces the callbacks of the device's last owner, if any.
-        let lost = Arc::new(Mutex::new(None));
-        let lost_cb = lost.clone();
-        device.set_device_lost_callback(move |reason, message| {
-            *lost_cb.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{reason:?}: {message}"));
-        });
+        // Replaces the error handler of the device's last owner, if any.
         let uncaptured = Arc::new(Mutex::new(Vec::new()));
         let unc = uncaptured.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -189,7 +196,8 @@ impl Gpu {
         let f16 = device.features().contains(wgpu::Features::SHADER_F16);
         let coop = device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
         let checked = crate::env::shader_checks();
-        Ok(Gpu { device, queue, info, limits, subgroups, f16, coop, checked, memory, lost, uncaptured })
+        let poisoned = Mutex::new(None);
+        Ok(Gpu { device, queue, info, limits, subgroups, f16, coop, checked, memory, lost, uncaptured, poisoned })
     }
 
     /// Whether the device was lost (leaves errors for [`Gpu::check_health`] to report).
@@ -197,10 +205,23 @@ impl Gpu {
         self.lost.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
-    /// Fails if the device was lost or wgpu reported an error outside any scope.
+    /// Marks the device unusable: a submit of realizes already reported done failed with `error`.
+    pub fn poison(&self, error: &Error) {
+        let mut p = self.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+        p.get_or_insert_with(|| {
+            format!(
+                "a batch of held-back realizes failed when submitted, so results of this device may be wrong: {error}"
+            )
+        });
+    }
+
+    /// Fails if the device was lost, a batch failed at submit, or wgpu reported an error outside any scope.
     pub fn check_health(&self) -> Result<()> {
         if let Some(msg) = self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Err(Error::DeviceLost(msg));
+        }
+        if let Some(msg) = self.poisoned.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Err(Error::Validation(msg));
         }
         let mut unc = self.uncaptured.lock().unwrap_or_else(|e| e.into_inner());
         if !unc.is_empty() {
@@ -234,10 +255,11 @@ impl Gpu {
 }
 
 impl Drop for Gpu {
-    /// Keeps the device for the next `Device` opened on this adapter (see keep.rs), unless it was lost.
+    /// Keeps the device for the next `Device` opened on this adapter (see keep.rs) once its work has finished, so
+    /// the next owner finds nothing of this one's in flight; unless it was lost.
     fn drop(&mut self) {
-        if self.lost.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
-            super::keep::give_back(self.info.clone(), self.device.clone(), self.queue.clone());
+        if !self.is_lost() && self.device.poll(wgpu::PollType::wait_indefinitely()).is_ok() {
+            super::keep::give_back(self.info.clone(), self.device.clone(), self.queue.clone(), self.lost.clone());
         }
     }
 }

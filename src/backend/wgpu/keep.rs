@@ -9,7 +9,7 @@
 // 200 ms that creating one costs. A dropped Device's buffers and pipelines are dropped with it, so the next owner
 // starts from an empty device.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The instance for a set of wgpu backends, made on first use.
 pub fn instance(backends: wgpu::Backends) -> wgpu::Instance {
@@ -27,21 +27,29 @@ pub fn instance(backends: wgpu::Backends) -> wgpu::Instance {
 
 /// Devices no `Device` uses now, with the adapter each was opened on. The features and limits lazor asks for
 /// follow from the adapter alone, so any kept device of an adapter serves any new `Device` on it.
-static IDLE: Mutex<Vec<(wgpu::AdapterInfo, wgpu::Device, wgpu::Queue)>> = Mutex::new(Vec::new());
+static IDLE: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+
+/// The flag a device's lost callback sets: installed once, when the device is created, and handed from owner to
+/// owner with it, so a device lost while nobody used it is never handed out.
+pub type Lost = Arc<Mutex<Option<String>>>;
+
+/// A kept device: the adapter it was opened on, the device, its queue and its lost flag.
+type Kept = (wgpu::AdapterInfo, wgpu::Device, wgpu::Queue, Lost);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A kept device of this adapter, if one is idle: the one given back last.
-pub fn take(adapter: &wgpu::AdapterInfo) -> Option<(wgpu::Device, wgpu::Queue)> {
+/// A kept device of this adapter that was not lost, if one is idle: the one given back last. Lost ones stay in
+/// the list: dropping them would destroy them.
+pub fn take(adapter: &wgpu::AdapterInfo) -> Option<(wgpu::Device, wgpu::Queue, Lost)> {
     let mut idle = lock(&IDLE);
-    let at = idle.iter().rposition(|(info, _, _)| info == adapter)?;
-    let (_, device, queue) = idle.remove(at);
-    Some((device, queue))
+    let at = idle.iter().rposition(|(info, _, _, lost)| info == adapter && lock(lost).is_none())?;
+    let (_, device, queue, lost) = idle.remove(at);
+    Some((device, queue, lost))
 }
 
 /// Keeps a device its `Device` no longer uses, for the next one opened on `adapter`.
-pub fn give_back(adapter: wgpu::AdapterInfo, device: wgpu::Device, queue: wgpu::Queue) {
-    lock(&IDLE).push((adapter, device, queue));
+pub fn give_back(adapter: wgpu::AdapterInfo, device: wgpu::Device, queue: wgpu::Queue, lost: Lost) {
+    lock(&IDLE).push((adapter, device, queue, lost));
 }

@@ -1,4 +1,4 @@
-//! The wgpu backend: device setup, buffers, pipelines, running a job in one submit and reading results back.
+//! The wgpu backend: device setup, buffers, pipelines, running jobs (batched into submits) and reading results back.
 
 mod batch;
 mod bind_groups;
@@ -28,7 +28,8 @@ pub const MAX_BINDINGS: usize = 64;
 /// and that thread.
 pub(crate) struct WgpuBackend {
     shared: Arc<Shared>,
-    submitter: std::thread::Thread,
+    /// The submit thread, joined on drop so everything the device holds is let go before the drop returns.
+    submitter: Option<std::thread::JoinHandle<()>>,
 }
 
 /// What the realizing threads and the submit thread share.
@@ -40,7 +41,7 @@ pub(crate) struct Shared {
     f16: AtomicBool,
     /// Whether f16 matmuls run on cooperative matrices: the device has them and `LAZOR_NO_COOP` is unset.
     coop: AtomicBool,
-    /// Submits in flight before later realizes are held back (`LAZOR_QUEUE_DEPTH`, `Device::set_queue_depth`).
+    /// Submits the submit thread keeps in flight (`LAZOR_QUEUE_DEPTH`, `Device::set_queue_depth`).
     depth: AtomicUsize,
     /// Set when the backend is dropped: the submit thread ends.
     closed: AtomicBool,
@@ -100,10 +101,8 @@ impl WgpuBackend {
             .map_err(|e| crate::error::Error::DeviceCreation {
                 adapter: shared.gpu.info.name.clone(),
                 message: format!("starting the submit thread: {e}"),
-            })?
-            .thread()
-            .clone();
-        Ok(WgpuBackend { shared, submitter })
+            })?;
+        Ok(WgpuBackend { shared, submitter: Some(submitter) })
     }
 
     /// What codegen may use on this device now.
@@ -129,9 +128,18 @@ impl Shared {
     /// Submits the held-back realizes, if any.
     fn flush(&self, st: &mut State) {
         if let Some(open) = st.batch.take() {
-            let realizes = open.realizes;
-            st.in_flight.submit(&self.gpu.queue, open.finish(), realizes);
+            // A failure poisons the device (see `submit`), so the next call reports it.
+            let _ = self.submit(st, open);
         }
+    }
+
+    /// Ends and submits a batch under error scopes of its own. wgpu reports a bad command at `finish`, after the
+    /// realizes recorded in the batch were reported done, so a failure poisons the device: every later call fails.
+    fn submit(&self, st: &mut State, open: batch::Open) -> Result<()> {
+        let realizes = open.realizes;
+        let scopes = gpu::Scopes::push(&self.gpu.device);
+        st.in_flight.submit(&self.gpu.queue, open.finish(), realizes);
+        scopes.pop().inspect_err(|e| self.gpu.poison(e))
     }
 
     /// Whether a held batch of `held` realizes goes to the GPU now, by what wgpu last reported
@@ -141,10 +149,24 @@ impl Shared {
     }
 }
 
+impl WgpuBackend {
+    /// Wakes the submit thread: something was held back, or the depth changed.
+    fn wake(&self) {
+        if let Some(t) = &self.submitter {
+            t.thread().unpark();
+        }
+    }
+}
+
 impl Drop for WgpuBackend {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::Release);
-        self.submitter.unpark();
+        if let Some(t) = self.submitter.take() {
+            t.thread().unpark();
+            // It leaves within one timed wait; a panic there (wgpu panics on some device losses) is not this
+            // drop's to report.
+            let _ = t.join();
+        }
     }
 }
 
@@ -153,6 +175,10 @@ impl Drop for WgpuBackend {
 fn submit_thread(shared: std::sync::Weak<Shared>) {
     loop {
         std::thread::park();
+        // How long to wait on the oldest submit before looking at the held batch again: short while the batch
+        // grows, longer while it does not, so a long GPU job does not keep this thread polling.
+        let mut step = batch::RECHECK;
+        let mut seen = 0;
         loop {
             let Some(sh) = shared.upgrade() else { return };
             if sh.closed.load(Ordering::Acquire) {
@@ -165,11 +191,12 @@ fn submit_thread(shared: std::sync::Weak<Shared>) {
                 }
                 let held = st.batch.as_ref().map_or(0, |b| b.realizes);
                 if sh.room(&mut st, held) {
-                    // Errors here have no error scope: wgpu reports them to the device's uncaptured-error
-                    // handler, and the next realize or read returns them.
+                    // A failure poisons the device, so the next call reports it.
                     sh.flush(&mut st);
                     break;
                 }
+                step = if held == seen { (step * 2).min(batch::MAX_RECHECK) } else { batch::RECHECK };
+                seen = held;
                 match st.in_flight.oldest() {
                     Some(index) => index,
                     // Depth 0: held back until a read, synchronize or flush.
@@ -182,7 +209,7 @@ fn submit_thread(shared: std::sync::Weak<Shared>) {
             }
             // A short wait, so a batch that has grown enough is queued behind the running submit before that
             // one ends rather than after.
-            let wait = wgpu::PollType::Wait { submission_index: Some(oldest), timeout: Some(batch::RECHECK) };
+            let wait = wgpu::PollType::Wait { submission_index: Some(oldest), timeout: Some(step) };
             if let Err(e) = sh.gpu.device.poll(wait) {
                 if matches!(e, wgpu::PollError::Timeout) {
                     continue;
@@ -245,7 +272,7 @@ impl Backend for WgpuBackend {
     fn set_queue_depth(&self, depth: usize) {
         self.depth.store(depth, Ordering::Relaxed);
         // A deeper queue may have room for what is held back now.
-        self.submitter.unpark();
+        self.wake();
     }
 
     fn queue_depth(&self) -> usize {
@@ -285,6 +312,9 @@ impl Backend for WgpuBackend {
     }
 
     fn trim(&self) -> u64 {
+        // Free buffers a held or running batch still uses are only let go once it has run.
+        self.flush_all();
+        let _ = self.gpu.wait();
         let mut st = self.state();
         let bytes = st.pool.trim();
         // Cached bind groups hold buffers: let go of them now, not at the next realize.

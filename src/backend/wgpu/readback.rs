@@ -6,6 +6,9 @@ use crate::backend::ReadId;
 use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex};
 
+/// How long a read waits, after the GPU is idle, for a map callback another thread's poll collected.
+const CALLBACK_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One map request's outcome, filled in by wgpu's callback.
 type Slot = Arc<Mutex<Option<Result<(), String>>>>;
 
@@ -44,6 +47,14 @@ impl WgpuBackend {
         let pending = self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))?;
         if !pending.ready() {
             self.gpu.wait()?;
+            // Another thread's poll (the submit thread's, or a user thread's) may have collected this map's
+            // callback: wgpu runs collected callbacks only after that poll lets go of its locks, so the wait above
+            // can return first. The callback follows within microseconds.
+            let deadline = std::time::Instant::now() + CALLBACK_GRACE;
+            while !pending.ready() && std::time::Instant::now() < deadline {
+                self.gpu.poll()?;
+                std::thread::yield_now();
+            }
         }
         let status = lock(&pending.mapped).take().unwrap_or_else(|| Err("map callback never ran".into()));
         status.map_err(Error::ReadBack)?;
