@@ -171,11 +171,12 @@ impl WgpuBackend {
         // Submit now when something waits for this realize (a read), when the GPU has nothing in flight, or when
         // the batch is full; else hold it back for the submit thread, which queues it once it is worth a submit.
         // A batch holding nothing (this realize had no GPU work and none was held) is dropped.
-        // Completions are counted when someone polls: a poll that does not block brings the count up to date
-        // (none of lazor's callbacks takes the state lock held here).
+        // Completions are counted when someone polls: for a realize that starts a batch, a poll that does not
+        // block brings the count up to date (none of lazor's callbacks takes the state lock held here). A realize
+        // joining a held batch skips it: the GPU was busy a moment ago, and the submit thread watches it.
         let idle = self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0
             && (st.in_flight.count() == 0
-                || (gpu.device.poll(wgpu::PollType::Poll).is_ok() && st.in_flight.count() == 0));
+                || (batch.realizes <= 1 && gpu.device.poll(wgpu::PollType::Poll).is_ok() && st.in_flight.count() == 0));
         let mut submitted = Ok(());
         let held = if batch.realizes == 0 {
             false
