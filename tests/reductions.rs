@@ -421,3 +421,52 @@ fn rows_kernels_name_folds_after_maps_and_tiles_keep_inputs_apart() {
         check(&(a.t() + b.t()), 0.0, 0.0, "two transposed inputs");
     }
 }
+
+/// The CPU backend folds a block of at least 8 columns together, each step of the axis one batch across the block,
+/// in the same order per output as it folds a single column. 1029 outputs make a block of 1024 and one of 5 (folded
+/// one by one), and the last 5 columns repeat the first 5, so the two ways must agree bit for bit: NaN, max,
+/// integers and a prologue included, and in 3-D, where the block's outputs are not adjacent in memory. At least
+/// 1024 outputs, so no fold is split into chunks.
+#[test]
+fn cpu_column_blocks_fold_each_column_as_a_single_column_is_folded() {
+    let dev = Device::cpu();
+    let mut rng = Rng::new(61);
+    let same_ends = |t: &Tensor, what: &str| {
+        let v = t.to_vec();
+        let n = v.len();
+        for i in 0..5 {
+            let (p, q) = (v[i], v[n - 5 + i]);
+            assert_eq!(p.to_bits(), q.to_bits(), "{what}: output {i} {p} against output {} {q}", n - 5 + i);
+        }
+    };
+    // [rows, cols] whose last 5 columns repeat the first 5.
+    let data = |rng: &mut Rng, rows: usize, cols: usize| {
+        let mut v = rng.vec(rows * cols, -2.0, 2.0);
+        for r in 0..rows {
+            for i in 0..5 {
+                v[r * cols + cols - 5 + i] = v[r * cols + i];
+            }
+        }
+        v
+    };
+    let mut v = data(&mut rng, 1500, 1029);
+    for r in [7, 900] {
+        v[r * 1029 + 3] = f32::NAN;
+        v[r * 1029 + 1027] = f32::NAN;
+    }
+    let x = Tensor::from_vec_on(v, [1500, 1029], &dev);
+    same_ends(&x.sum(0), "sum");
+    same_ends(&x.max(0), "max");
+    same_ends(&(&x * &x).sum(0), "sum of squares");
+    same_ends(&(&x * 10.0).to_dtype(DType::I32).sum(0).to_dtype(DType::F32), "i32 sum");
+
+    // 3 x 343 outputs: the block of 1024 spans all three rows of the outer axis.
+    let mut w = rng.vec(3 * 1500 * 343, -2.0, 2.0);
+    for r in 0..1500 {
+        for i in 0..5 {
+            w[(2 * 1500 + r) * 343 + 338 + i] = w[r * 343 + i];
+        }
+    }
+    let y = Tensor::from_vec_on(w, [3, 1500, 343], &dev);
+    same_ends(&y.sum(1), "blocks across the outer axis");
+}

@@ -16,16 +16,21 @@ fn tree(op: ReduceOp, dt: DType, values: &[f32]) -> f32 {
         Class::Float => {
             let mut acc = [op.identity(); 8];
             simd::fold8(op, values, &mut acc);
-            let f = op.combine();
-            let (a, b) = (
-                f.eval(f.eval(acc[0], acc[4]), f.eval(acc[2], acc[6])),
-                f.eval(f.eval(acc[1], acc[5]), f.eval(acc[3], acc[7])),
-            );
-            f.eval(a, b)
+            pairwise8(op, &acc)
         }
         Class::Int => f32::from_bits(int_fold::<i32>(op, dt, cast_slice(values)) as u32),
         Class::Uint | Class::Bool => f32::from_bits(int_fold::<u32>(op, dt, cast_slice(values))),
     }
+}
+
+/// The 8 running folds of a float [`tree`], folded pairwise.
+fn pairwise8(op: ReduceOp, acc: &[f32; 8]) -> f32 {
+    let f = op.combine();
+    let (a, b) = (
+        f.eval(f.eval(acc[0], acc[4]), f.eval(acc[2], acc[6])),
+        f.eval(f.eval(acc[1], acc[5]), f.eval(acc[3], acc[7])),
+    );
+    f.eval(a, b)
 }
 
 /// An integer fold, one loop per op so each vectorizes.
@@ -71,15 +76,14 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             let mut folded = Vec::with_capacity(block.len());
             // The epilogue runs at the outputs' coordinates (the folded axis at 0, as `out_dims` has it).
             let mut coords = vec![Vec::with_capacity(block.len()); if r.partial { 0 } else { dims.len() }];
-            for o in block.clone() {
-                let mut base = unravel(o, &out_dims);
-                let mut acc = f32::from_bits(r.op.identity_lane(lanes));
-                for s in (lo..hi).step_by(BATCH) {
-                    let e = hi.min(s + BATCH);
-                    batch.along(&dims, r.axis, r.rows, &base, s..e, strided);
-                    eval(&ctx, 0..r.prologue, batch, regs);
-                    acc = combine(r.op, lanes, acc, tree(r.op, lanes, regs.get(&ctx, r.value, e - s)));
-                }
+            let bases: Vec<Vec<i64>> = block.clone().map(|o| unravel(o, &out_dims)).collect();
+            let walk = Walk { ctx: &ctx, r: &r, lanes, dims: &dims, strided };
+            let accs = if r.rows || block.len() < COLUMNS_MIN {
+                bases.iter().map(|base| walk.one(base, lo..hi, batch, regs)).collect()
+            } else {
+                walk.columns(&bases, lo..hi, batch, regs)
+            };
+            for (mut base, acc) in bases.into_iter().zip(accs) {
                 if r.partial {
                     // The chunk's fold, at the output's coordinates with the axis at the chunk.
                     base[r.axis] = j as i64;
@@ -108,6 +112,95 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             }
         },
     );
+}
+
+/// Outputs a block needs before its folds walk the axis together ([`Walk::columns`]) rather than one by one.
+const COLUMNS_MIN: usize = 8;
+
+/// What the folds of one reduce kernel walk: the kernel's context, its fold, the lanes it accumulates in, the
+/// domain's extents and whether the prologue reads through views (and so needs coordinates).
+#[derive(Clone, Copy)]
+struct Walk<'a> {
+    ctx: &'a Ctx<'a>,
+    r: &'a crate::kernel::Reduce,
+    lanes: DType,
+    dims: &'a [usize],
+    strided: bool,
+}
+
+impl Walk<'_> {
+    /// The fold of one output (coordinates `base`) over `range` of the axis: batch by batch, each batch a [`tree`].
+    fn one(&self, base: &[i64], range: Range<usize>, batch: &mut Batch, regs: &mut Regs) -> f32 {
+        let Walk { ctx, r, lanes, dims, strided } = *self;
+        let mut acc = f32::from_bits(r.op.identity_lane(lanes));
+        for s in range.clone().step_by(BATCH) {
+            let e = range.end.min(s + BATCH);
+            batch.along(dims, r.axis, r.rows, base, s..e, strided);
+            eval(ctx, 0..r.prologue, batch, regs);
+            acc = combine(r.op, lanes, acc, tree(r.op, lanes, regs.get(ctx, r.value, e - s)));
+        }
+        acc
+    }
+
+    /// The folds of a block of outputs (coordinates `bases`) over `range` of a non-last axis, walked together: each
+    /// step of the axis is one batch across the block, adjacent in memory where the block is, so the input is read
+    /// in order rather than gathered a stride apart per output (on a 2-core VM, `x.sum(0)` of [16384, 4096] took
+    /// 89 ms that way against 7.9 ms for `x.sum(-1)`). Each output's fold order is [`Walk::one`]'s: element `j` of
+    /// each stretch of `BATCH` along the axis into running fold `j % 8`, the 8 pairwise, the stretches in order; so
+    /// the results are bit-identical to it. Integer folds are associative and run in order.
+    fn columns(&self, bases: &[Vec<i64>], range: Range<usize>, batch: &mut Batch, regs: &mut Regs) -> Vec<f32> {
+        let Walk { ctx, r, lanes, dims, strided } = *self;
+        let n = bases.len();
+        let inner: usize = dims[r.axis + 1..].iter().product();
+        // Each output's input index with the axis at 0; consecutive outputs are usually adjacent.
+        let first: Vec<usize> =
+            bases.iter().map(|b| (0..dims.len()).fold(0usize, |a, d| a * dims[d] + b[d] as usize)).collect();
+        let adjacent = first.windows(2).all(|w| w[1] == w[0] + 1);
+        batch.len = n;
+        batch.coords.resize(if strided { dims.len() } else { 0 }, Vec::new());
+        for (d, c) in batch.coords.iter_mut().enumerate() {
+            c.clear();
+            c.extend(bases.iter().map(|b| b[d]));
+        }
+        let identity = f32::from_bits(r.op.identity_lane(lanes));
+        let mut acc = vec![identity; n];
+        let float = lanes.class() == Class::Float;
+        let f = r.op.combine();
+        // The 8 running folds, lane-major: lane `l` of every output is one slice, so each step folds into one
+        // contiguous slice (vectorized, as `simd::fold8` is).
+        let mut eight = vec![r.op.identity(); if float { 8 * n } else { 0 }];
+        for stretch in range.clone().step_by(BATCH) {
+            let end = range.end.min(stretch + BATCH);
+            for s in stretch..end {
+                batch.own = if adjacent {
+                    Own::From(first[0] + s * inner)
+                } else {
+                    Own::At(first.iter().map(|&i| i + s * inner).collect())
+                };
+                if strided {
+                    batch.coords[r.axis].iter_mut().for_each(|c| *c = s as i64);
+                }
+                eval(ctx, 0..r.prologue, batch, regs);
+                let values = regs.get(ctx, r.value, n);
+                if float {
+                    let lane = (s - stretch) % 8;
+                    simd::fold_into(f, &mut eight[lane * n..(lane + 1) * n], values);
+                } else {
+                    for (a, &v) in acc.iter_mut().zip(values) {
+                        *a = combine(r.op, lanes, *a, v);
+                    }
+                }
+            }
+            if float {
+                for (i, a) in acc.iter_mut().enumerate() {
+                    let e: [f32; 8] = std::array::from_fn(|l| eight[l * n + i]);
+                    *a = combine(r.op, lanes, *a, pairwise8(r.op, &e));
+                }
+                eight.fill(r.op.identity());
+            }
+        }
+        acc
+    }
 }
 
 impl Batch {

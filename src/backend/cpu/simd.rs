@@ -221,6 +221,23 @@ fn fold8_generic(op: ReduceOp, values: &[f32], acc: &mut [f32; 8]) {
 }
 
 #[inline(always)]
+/// `acc[i] = op(acc[i], values[i])`, one loop per combining op so each vectorizes: the column folds' step.
+pub fn fold_into(op: BinaryOp, acc: &mut [f32], values: &[f32]) {
+    #[inline(always)]
+    fn each(acc: &mut [f32], values: &[f32], f: impl Fn(f32, f32) -> f32) {
+        for (a, &v) in acc.iter_mut().zip(values) {
+            *a = f(*a, v);
+        }
+    }
+    match op {
+        BinaryOp::Add => each(acc, values, |a, b| BinaryOp::Add.eval(a, b)),
+        BinaryOp::Mul => each(acc, values, |a, b| BinaryOp::Mul.eval(a, b)),
+        BinaryOp::Max => each(acc, values, |a, b| BinaryOp::Max.eval(a, b)),
+        BinaryOp::Min => each(acc, values, |a, b| BinaryOp::Min.eval(a, b)),
+        other => each(acc, values, |a, b| other.eval(a, b)),
+    }
+}
+
 fn fold8_with(values: &[f32], acc: &mut [f32; 8], f: impl Fn(f32, f32) -> f32) {
     let mut chunks = values.chunks_exact(8);
     for c in &mut chunks {
