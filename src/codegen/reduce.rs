@@ -170,6 +170,7 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
         element(e, f, "r", "acc0", depth + 1);
         e.line(depth, "}");
     }
+    // The combined vector is `accv`, not `acc{UNROLL}`, which would be an accumulator's name were UNROLL above 4.
     let mut pairs: Vec<String> = (0..UNROLL).map(|u| format!("acc{u}")).collect();
     while pairs.len() > 1 {
         let next: Vec<String> =
@@ -177,11 +178,11 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
         pairs = next;
     }
     if e.wide {
-        e.line(depth, &format!("let acc4 = {};", pairs[0]));
+        e.line(depth, &format!("let accv = {};", pairs[0]));
         e.wide = false;
         e.b.set_width(1);
-        let xy = e.b.binary(f.op.combine(), dt, "acc4.x", "acc4.y");
-        let zw = e.b.binary(f.op.combine(), dt, "acc4.z", "acc4.w");
+        let xy = e.b.binary(f.op.combine(), dt, "accv.x", "accv.y");
+        let zw = e.b.binary(f.op.combine(), dt, "accv.z", "accv.w");
         let all = e.b.binary(f.op.combine(), dt, &format!("({xy})"), &format!("({zw})"));
         e.line(depth, &format!("let acc = {all};"));
     } else {
