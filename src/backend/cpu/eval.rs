@@ -105,6 +105,11 @@ impl Batch {
     }
 }
 
+/// The row-major index of coordinates `c` in `dims` (the inverse of [`unravel`]).
+pub(super) fn ravel(c: &[i64], dims: &[usize]) -> usize {
+    c.iter().zip(dims).fold(0, |a, (&c, &d)| a * d + c as usize)
+}
+
 /// The coordinates of row-major index `i` in `dims`.
 pub(super) fn unravel(mut i: usize, dims: &[usize]) -> Vec<i64> {
     let mut c = vec![0; dims.len()];

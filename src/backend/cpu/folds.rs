@@ -1,6 +1,6 @@
 //! Reduce and rows kernels on the CPU: folds per (block of outputs, chunk), phases per row, in a fixed tree order.
 
-use super::eval::{eval, needs_coords, store, tasks_with, unravel, Batch, Ctx, Out, Own, Regs, BATCH};
+use super::eval::{eval, needs_coords, ravel, store, tasks_with, unravel, Batch, Ctx, Out, Own, Regs, BATCH};
 use super::simd;
 use crate::dtype::{Class, DType};
 use crate::kernel::{Kernel, Kind, Phase};
@@ -65,7 +65,11 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     let mut out_dims = dims.clone();
     out_dims[r.axis] = 1;
     let strided = k.body[..r.prologue].iter().any(needs_coords);
-    let lanes = k.types[r.value].lanes();
+    // Partial folds are stored with the axis at the chunk.
+    let mut part_dims = dims.clone();
+    part_dims[r.axis] = chunks;
+    let walk = Walk { k, ctx: &ctx, dims: &dims, axis: r.axis, rows: r.rows, strided };
+    let folding = Folding { op: r.op, body: 0..r.prologue, value: r.value };
     tasks_with(
         blocks * chunks,
         || (Regs::new(&ctx), Batch::empty()),
@@ -77,20 +81,16 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             // The epilogue runs at the outputs' coordinates (the folded axis at 0, as `out_dims` has it).
             let mut coords = vec![Vec::with_capacity(block.len()); if r.partial { 0 } else { dims.len() }];
             let bases: Vec<Vec<i64>> = block.clone().map(|o| unravel(o, &out_dims)).collect();
-            let walk = Walk { ctx: &ctx, r: &r, lanes, dims: &dims, strided };
             let accs = if r.rows || block.len() < COLUMNS_MIN {
-                bases.iter().map(|base| walk.one(base, lo..hi, batch, regs)).collect()
+                bases.iter().map(|base| walk.one(&folding, base, lo..hi, batch, regs)).collect()
             } else {
-                walk.columns(&bases, lo..hi, batch, regs)
+                walk.columns(&folding, &bases, lo..hi, batch, regs)
             };
             for (mut base, acc) in bases.into_iter().zip(accs) {
                 if r.partial {
                     // The chunk's fold, at the output's coordinates with the axis at the chunk.
                     base[r.axis] = j as i64;
-                    let at =
-                        base.iter().zip(&dims).enumerate().fold(0usize, |a, (d, (&c, &size))| {
-                            a * if d == r.axis { chunks } else { size } + c as usize
-                        });
+                    let at = ravel(&base, &part_dims);
                     // SAFETY: each (output, chunk) pair is written by exactly one task.
                     unsafe { store(outs[0], k.out_types[0], at, &[acc]) };
                 } else {
@@ -117,27 +117,37 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
 /// Outputs a block needs before its folds walk the axis together ([`Walk::columns`]) rather than one by one.
 const COLUMNS_MIN: usize = 8;
 
-/// What the folds of one reduce kernel walk: the kernel's context, its fold, the lanes it accumulates in, the
-/// domain's extents and whether the prologue reads through views (and so needs coordinates).
+/// What a kernel's folds walk: its context, the domain's extents, the folded axis, whether the folded elements are
+/// adjacent in memory (`rows`) and whether the folded body reads through views (and so needs coordinates).
 #[derive(Clone, Copy)]
 struct Walk<'a> {
+    k: &'a Kernel,
     ctx: &'a Ctx<'a>,
-    r: &'a crate::kernel::Reduce,
-    lanes: DType,
     dims: &'a [usize],
+    axis: usize,
+    rows: bool,
     strided: bool,
 }
 
+/// One fold: `op` over the values instructions `body` give in `value`.
+#[derive(Clone)]
+struct Folding {
+    op: ReduceOp,
+    body: Range<usize>,
+    value: usize,
+}
+
 impl Walk<'_> {
-    /// The fold of one output (coordinates `base`) over `range` of the axis: batch by batch, each batch a [`tree`].
-    fn one(&self, base: &[i64], range: Range<usize>, batch: &mut Batch, regs: &mut Regs) -> f32 {
-        let Walk { ctx, r, lanes, dims, strided } = *self;
-        let mut acc = f32::from_bits(r.op.identity_lane(lanes));
+    /// The fold of one output (coordinates `base`, the axis at 0) over `range` of the axis: batch by batch, each
+    /// batch a [`tree`].
+    fn one(&self, f: &Folding, base: &[i64], range: Range<usize>, batch: &mut Batch, regs: &mut Regs) -> f32 {
+        let lanes = self.k.types[f.value].lanes();
+        let mut acc = f32::from_bits(f.op.identity_lane(lanes));
         for s in range.clone().step_by(BATCH) {
             let e = range.end.min(s + BATCH);
-            batch.along(dims, r.axis, r.rows, base, s..e, strided);
-            eval(ctx, 0..r.prologue, batch, regs);
-            acc = combine(r.op, lanes, acc, tree(r.op, lanes, regs.get(ctx, r.value, e - s)));
+            batch.along(self.dims, self.axis, self.rows, base, s..e, self.strided);
+            eval(self.ctx, f.body.clone(), batch, regs);
+            acc = combine(f.op, lanes, acc, tree(f.op, lanes, regs.get(self.ctx, f.value, e - s)));
         }
         acc
     }
@@ -148,13 +158,20 @@ impl Walk<'_> {
     /// 89 ms that way against 7.9 ms for `x.sum(-1)`). Each output's fold order is [`Walk::one`]'s: element `j` of
     /// each stretch of `BATCH` along the axis into running fold `j % 8`, the 8 pairwise, the stretches in order; so
     /// the results are bit-identical to it. Integer folds are associative and run in order.
-    fn columns(&self, bases: &[Vec<i64>], range: Range<usize>, batch: &mut Batch, regs: &mut Regs) -> Vec<f32> {
-        let Walk { ctx, r, lanes, dims, strided } = *self;
+    fn columns(
+        &self,
+        f: &Folding,
+        bases: &[Vec<i64>],
+        range: Range<usize>,
+        batch: &mut Batch,
+        regs: &mut Regs,
+    ) -> Vec<f32> {
+        let Walk { ctx, dims, axis, strided, .. } = *self;
+        let lanes = self.k.types[f.value].lanes();
         let n = bases.len();
-        let inner: usize = dims[r.axis + 1..].iter().product();
+        let inner: usize = dims[axis + 1..].iter().product();
         // Each output's input index with the axis at 0; consecutive outputs are usually adjacent.
-        let first: Vec<usize> =
-            bases.iter().map(|b| (0..dims.len()).fold(0usize, |a, d| a * dims[d] + b[d] as usize)).collect();
+        let first: Vec<usize> = bases.iter().map(|b| ravel(b, dims)).collect();
         let adjacent = first.windows(2).all(|w| w[1] == w[0] + 1);
         batch.len = n;
         batch.coords.resize(if strided { dims.len() } else { 0 }, Vec::new());
@@ -162,41 +179,40 @@ impl Walk<'_> {
             c.clear();
             c.extend(bases.iter().map(|b| b[d]));
         }
-        let identity = f32::from_bits(r.op.identity_lane(lanes));
-        let mut acc = vec![identity; n];
+        let op = f.op;
+        let mut acc = vec![f32::from_bits(op.identity_lane(lanes)); n];
         let float = lanes.class() == Class::Float;
-        let f = r.op.combine();
         // The 8 running folds, lane-major: lane `l` of every output is one slice, so each step folds into one
         // contiguous slice (vectorized, as `simd::fold8` is).
-        let mut eight = vec![r.op.identity(); if float { 8 * n } else { 0 }];
+        let mut eight = vec![op.identity(); if float { 8 * n } else { 0 }];
         for stretch in range.clone().step_by(BATCH) {
             let end = range.end.min(stretch + BATCH);
             for s in stretch..end {
-                batch.own = if adjacent {
-                    Own::From(first[0] + s * inner)
+                if adjacent {
+                    batch.own = Own::From(first[0] + s * inner);
                 } else {
-                    Own::At(first.iter().map(|&i| i + s * inner).collect())
-                };
-                if strided {
-                    batch.coords[r.axis].iter_mut().for_each(|c| *c = s as i64);
+                    batch.own_at(first.iter().map(|&i| i + s * inner));
                 }
-                eval(ctx, 0..r.prologue, batch, regs);
-                let values = regs.get(ctx, r.value, n);
+                if strided {
+                    batch.coords[axis].iter_mut().for_each(|c| *c = s as i64);
+                }
+                eval(ctx, f.body.clone(), batch, regs);
+                let values = regs.get(ctx, f.value, n);
                 if float {
                     let lane = (s - stretch) % 8;
-                    simd::fold_into(f, &mut eight[lane * n..(lane + 1) * n], values);
+                    simd::fold_into(op.combine(), &mut eight[lane * n..(lane + 1) * n], values);
                 } else {
                     for (a, &v) in acc.iter_mut().zip(values) {
-                        *a = combine(r.op, lanes, *a, v);
+                        *a = combine(op, lanes, *a, v);
                     }
                 }
             }
             if float {
                 for (i, a) in acc.iter_mut().enumerate() {
                     let e: [f32; 8] = std::array::from_fn(|l| eight[l * n + i]);
-                    *a = combine(r.op, lanes, *a, pairwise8(r.op, &e));
+                    *a = combine(op, lanes, *a, pairwise8(op, &e));
                 }
-                eight.fill(r.op.identity());
+                eight.fill(op.identity());
             }
         }
         acc
@@ -204,24 +220,28 @@ impl Walk<'_> {
 }
 
 impl Batch {
-    /// Becomes the elements `range` along the folded axis at the output whose coordinates are `base`, reusing its
-    /// vectors. Coordinates are made only when the body reads through a view (`coords`); when the folded elements
+    /// Owns the elements at `at`, reusing the index vector it had.
+    fn own_at(&mut self, at: impl Iterator<Item = usize>) {
+        let mut v = match std::mem::replace(&mut self.own, Own::From(0)) {
+            Own::At(v) => v,
+            Own::From(_) => Vec::new(),
+        };
+        v.clear();
+        v.extend(at);
+        self.own = Own::At(v);
+    }
+
+    /// Becomes the elements `range` along the folded axis at the output whose coordinates are `base` (the axis at
+    /// 0), reusing its vectors. Coordinates are made only when the body reads through a view (`coords`); when the folded elements
     /// are adjacent (`rows`) they are a window of the inputs.
     fn along(&mut self, dims: &[usize], axis: usize, rows: bool, base: &[i64], range: Range<usize>, coords: bool) {
         self.len = range.len();
-        let first =
-            (0..dims.len()).fold(0usize, |a, d| a * dims[d] + if d == axis { range.start } else { base[d] as usize });
+        let stride: usize = dims[axis + 1..].iter().product();
+        let first = ravel(base, dims) + range.start * stride;
         if rows {
             self.own = Own::From(first);
         } else {
-            let stride: usize = dims[axis + 1..].iter().product();
-            let mut at = match std::mem::replace(&mut self.own, Own::From(0)) {
-                Own::At(at) => at,
-                Own::From(_) => Vec::new(),
-            };
-            at.clear();
-            at.extend((0..self.len).map(|j| first + j * stride));
-            self.own = Own::At(at);
+            self.own_at((0..self.len).map(|j| first + j * stride));
         }
         self.coords.resize(if coords { dims.len() } else { 0 }, Vec::new());
         for (d, c) in self.coords.iter_mut().enumerate() {
@@ -245,6 +265,7 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
     out_dims[axis] = 1;
     let strided = k.body.iter().any(needs_coords);
     let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
+    let walk = Walk { k, ctx: &ctx, dims: &dims, axis, rows: true, strided };
     tasks_with(
         k.params[0] as usize,
         || (Regs::new(&ctx), Batch::empty()),
@@ -255,14 +276,8 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
             for phase in &k.phases {
                 match phase {
                     Phase::Fold { op, body, value, output } => {
-                        let lanes = k.types[*value].lanes();
-                        let mut acc = f32::from_bits(op.identity_lane(lanes));
-                        for s in (0..n).step_by(BATCH) {
-                            let e = n.min(s + BATCH);
-                            batch.along(&dims, axis, true, &base, s..e, strided);
-                            eval(&ctx, body.clone(), batch, regs);
-                            acc = combine(*op, lanes, acc, tree(*op, lanes, regs.get(&ctx, *value, e - s)));
-                        }
+                        let folding = Folding { op: *op, body: body.clone(), value: *value };
+                        let acc = walk.one(&folding, &base, 0..n, batch, regs);
                         batch.folds.push(acc);
                         if let Some(m) = output {
                             // SAFETY: each row's elements, and its fold at the row's index, are written by its own

@@ -107,6 +107,11 @@ loops! {
     fn fold8(op: ReduceOp, values: &[f32], acc: &mut [f32; 8]) {
         fold8_generic(op, values, acc)
     }
+
+    /// `acc[i] = op(acc[i], values[i])`: a step of the column folds.
+    fn fold_into(op: BinaryOp, acc: &mut [f32], values: &[f32]) {
+        fold_into_generic(op, acc, values)
+    }
 }
 
 /// One loop per (op1, op2, side): each op is a constant in its loop, so `eval` folds to its expression and the
@@ -208,36 +213,38 @@ fn mapped_generic(u: UnaryOp, op1: BinaryOp, x: Src, y: Src, out: &mut [f32]) {
     }
 }
 
+/// `$call($args, f)` with `f` the op's `eval` as a closure over a constant op, one arm per common op, so the loop
+/// inside each call vectorizes.
+macro_rules! per_op {
+    ($op:expr, $call:ident($($arg:expr),*)) => {
+        match $op {
+            BinaryOp::Add => $call($($arg,)* |a, b| BinaryOp::Add.eval(a, b)),
+            BinaryOp::Mul => $call($($arg,)* |a, b| BinaryOp::Mul.eval(a, b)),
+            BinaryOp::Max => $call($($arg,)* |a, b| BinaryOp::Max.eval(a, b)),
+            BinaryOp::Min => $call($($arg,)* |a, b| BinaryOp::Min.eval(a, b)),
+            other => $call($($arg,)* |a, b| other.eval(a, b)),
+        }
+    };
+}
+
 #[inline(always)]
 fn fold8_generic(op: ReduceOp, values: &[f32], acc: &mut [f32; 8]) {
-    // One loop per combining op (a constant op's `eval` folds to its expression), so each vectorizes.
-    match op.combine() {
-        BinaryOp::Add => fold8_with(values, acc, |a, b| BinaryOp::Add.eval(a, b)),
-        BinaryOp::Mul => fold8_with(values, acc, |a, b| BinaryOp::Mul.eval(a, b)),
-        BinaryOp::Max => fold8_with(values, acc, |a, b| BinaryOp::Max.eval(a, b)),
-        BinaryOp::Min => fold8_with(values, acc, |a, b| BinaryOp::Min.eval(a, b)),
-        other => fold8_with(values, acc, |a, b| other.eval(a, b)),
+    per_op!(op.combine(), fold8_with(values, acc))
+}
+
+#[inline(always)]
+fn fold_into_generic(op: BinaryOp, acc: &mut [f32], values: &[f32]) {
+    per_op!(op, fold_into_with(acc, values))
+}
+
+#[inline(always)]
+fn fold_into_with(acc: &mut [f32], values: &[f32], f: impl Fn(f32, f32) -> f32) {
+    for (a, &v) in acc.iter_mut().zip(values) {
+        *a = f(*a, v);
     }
 }
 
 #[inline(always)]
-/// `acc[i] = op(acc[i], values[i])`, one loop per combining op so each vectorizes: the column folds' step.
-pub fn fold_into(op: BinaryOp, acc: &mut [f32], values: &[f32]) {
-    #[inline(always)]
-    fn each(acc: &mut [f32], values: &[f32], f: impl Fn(f32, f32) -> f32) {
-        for (a, &v) in acc.iter_mut().zip(values) {
-            *a = f(*a, v);
-        }
-    }
-    match op {
-        BinaryOp::Add => each(acc, values, |a, b| BinaryOp::Add.eval(a, b)),
-        BinaryOp::Mul => each(acc, values, |a, b| BinaryOp::Mul.eval(a, b)),
-        BinaryOp::Max => each(acc, values, |a, b| BinaryOp::Max.eval(a, b)),
-        BinaryOp::Min => each(acc, values, |a, b| BinaryOp::Min.eval(a, b)),
-        other => each(acc, values, |a, b| other.eval(a, b)),
-    }
-}
-
 fn fold8_with(values: &[f32], acc: &mut [f32; 8], f: impl Fn(f32, f32) -> f32) {
     let mut chunks = values.chunks_exact(8);
     for c in &mut chunks {

@@ -2,8 +2,8 @@
 //! read-back copies, and a submit unless the batch is held back.
 
 use super::gpu::Scopes;
-use super::{batch, readback, WgpuBackend};
-use crate::backend::{Data, Done, Job};
+use super::{batch, pool, readback, WgpuBackend};
+use crate::backend::{Data, Done, Job, JobBuffer};
 use crate::codegen;
 use crate::error::Result;
 use crate::graph::BufferKey;
@@ -13,6 +13,15 @@ use smallvec::SmallVec;
 /// Bytes a binding of a `bytes`-byte value covers: whole 16-byte vectors (buffers are allocated in 256-byte steps).
 fn bound(bytes: u64) -> u64 {
     bytes.next_multiple_of(16).max(16)
+}
+
+/// Gives back to the pool the buffers of `keys` the job created (not those it was handed).
+fn release_created(pool: &mut pool::Pool, buffers: &[JobBuffer], keys: Vec<Option<BufferKey>>, stats: &mut Stats) {
+    for (b, key) in buffers.iter().zip(keys) {
+        if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_))) {
+            pool.release(key, stats);
+        }
+    }
 }
 
 impl WgpuBackend {
@@ -55,10 +64,6 @@ impl WgpuBackend {
             };
             compiled.push(p);
         }
-        if stats.pipelines_compiled > compiled_before {
-            st.pipelines.save();
-        }
-
         // All kernels' parameters in one buffer, each at an aligned offset.
         let align = gpu.limits.min_storage_buffer_offset_alignment as u64;
         let mut params: Vec<u32> = Vec::new();
@@ -137,11 +142,7 @@ impl WgpuBackend {
         if let Err(e) = scopes.pop() {
             st.params.forget(&params);
             // What this job created goes back: the values may be garbage.
-            for (b, key) in job.buffers.iter().zip(keys) {
-                if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_))) {
-                    st.pool.release(key, stats);
-                }
-            }
+            release_created(&mut st.pool, &job.buffers, keys, stats);
             return Err(e);
         }
 
@@ -188,6 +189,10 @@ impl WgpuBackend {
             self.wake();
             true
         };
+        // New pipelines go to disk now, while the GPU runs them.
+        if stats.pipelines_compiled > compiled_before {
+            st.pipelines.save();
+        }
         if debug >= 3 {
             eprintln!(
                 "lazor: wgpu phases: scopes+pipelines+uploads+params+buffers {:.1} us, record {:.1} us, {} {:.1} us",
@@ -209,11 +214,7 @@ impl WgpuBackend {
             Err(_) => Vec::new(),
         };
         // What this job created and nobody keeps goes back: everything on failure (the values may be garbage).
-        for (b, key) in job.buffers.iter().zip(keys) {
-            if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_))) {
-                st.pool.release(key, stats);
-            }
-        }
+        release_created(&mut st.pool, &job.buffers, keys, stats);
         outcome?;
         let reads = staged
             .into_iter()

@@ -1,6 +1,7 @@
 //! Opening the GPU: adapter choice (`LAZOR_BACKEND`, `LAZOR_ADAPTER`), device creation with the adapter's own
 //! limits, and turning wgpu's error callbacks into values lazor can return.
 
+use super::lock;
 use crate::env;
 use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex};
@@ -24,7 +25,7 @@ pub struct Gpu {
     /// Bytes of the adapter's largest device-local memory heap, where the backend says (Vulkan).
     pub memory: Option<u64>,
     /// Set by wgpu's device-lost callback; every later realize fails with it.
-    pub lost: Arc<Mutex<Option<String>>>,
+    pub lost: super::keep::Lost,
     /// Errors no error scope caught (there should be none): kept so the next realize returns them.
     pub uncaptured: Arc<Mutex<Vec<String>>>,
     /// Set when a batch of held-back realizes failed at submit: those realizes were already marked done, so every
@@ -181,7 +182,7 @@ impl Gpu {
                 let lost = Arc::new(Mutex::new(None));
                 let lost_cb = lost.clone();
                 device.set_device_lost_callback(move |reason, message| {
-                    *lost_cb.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{reason:?}: {message}"));
+                    *lock(&lost_cb) = Some(format!("{reason:?}: {message}"));
                 });
                 (device, queue, lost)
             }
@@ -190,7 +191,7 @@ impl Gpu {
         let uncaptured = Arc::new(Mutex::new(Vec::new()));
         let unc = uncaptured.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            unc.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string());
+            lock(&unc).push(e.to_string());
         }));
         let subgroups = device.features().contains(wgpu::Features::SUBGROUP);
         let f16 = device.features().contains(wgpu::Features::SHADER_F16);
@@ -202,12 +203,12 @@ impl Gpu {
 
     /// Whether the device was lost (leaves errors for [`Gpu::check_health`] to report).
     pub fn is_lost(&self) -> bool {
-        self.lost.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        lock(&self.lost).is_some()
     }
 
     /// Marks the device unusable: a submit of realizes already reported done failed with `error`.
     pub fn poison(&self, error: &Error) {
-        let mut p = self.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = lock(&self.poisoned);
         p.get_or_insert_with(|| {
             format!(
                 "a batch of held-back realizes failed when submitted, so results of this device may be wrong: {error}"
@@ -217,13 +218,13 @@ impl Gpu {
 
     /// Fails if the device was lost, a batch failed at submit, or wgpu reported an error outside any scope.
     pub fn check_health(&self) -> Result<()> {
-        if let Some(msg) = self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(msg) = lock(&self.lost).clone() {
             return Err(Error::DeviceLost(msg));
         }
-        if let Some(msg) = self.poisoned.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(msg) = lock(&self.poisoned).clone() {
             return Err(Error::Validation(msg));
         }
-        let mut unc = self.uncaptured.lock().unwrap_or_else(|e| e.into_inner());
+        let mut unc = lock(&self.uncaptured);
         if !unc.is_empty() {
             return Err(Error::Validation(std::mem::take(&mut *unc).join("; ")));
         }
@@ -237,6 +238,11 @@ impl Gpu {
     pub fn wait(&self) -> Result<()> {
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::DeviceLost(e.to_string()))?;
         self.check_health()
+    }
+
+    /// Blocks until the queue is idle, leaving errors for [`Gpu::check_health`]; whether the wait succeeded.
+    pub fn wait_idle(&self) -> bool {
+        self.device.poll(wgpu::PollType::wait_indefinitely()).is_ok()
     }
 
     /// Lets wgpu make progress (run callbacks) without blocking.
@@ -258,7 +264,7 @@ impl Drop for Gpu {
     /// Keeps the device for the next `Device` opened on this adapter (see keep.rs) once its work has finished, so
     /// the next owner finds nothing of this one's in flight; unless it was lost.
     fn drop(&mut self) {
-        if !self.is_lost() && self.device.poll(wgpu::PollType::wait_indefinitely()).is_ok() {
+        if !self.is_lost() && self.wait_idle() {
             super::keep::give_back(self.info.clone(), self.device.clone(), self.queue.clone(), self.lost.clone());
         }
     }

@@ -9,7 +9,8 @@
 // 200 ms that creating one costs. A dropped Device's buffers and pipelines are dropped with it, so the next owner
 // starts from an empty device.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use super::lock;
+use std::sync::{Arc, Mutex};
 
 /// The instance for a set of wgpu backends, made on first use.
 pub fn instance(backends: wgpu::Backends) -> wgpu::Instance {
@@ -35,10 +36,6 @@ pub type Lost = Arc<Mutex<Option<String>>>;
 
 /// A kept device: the adapter it was opened on, the device, its queue and its lost flag.
 type Kept = (wgpu::AdapterInfo, wgpu::Device, wgpu::Queue, Lost);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A kept device of this adapter that was not lost, if one is idle: the one given back last. Lost ones stay in
 /// the list: dropping them would destroy them.

@@ -94,10 +94,10 @@ impl WgpuBackend {
         };
         let closed = AtomicBool::new(false);
         let shared = Arc::new(Shared { gpu, state: Mutex::new(state), subgroups, f16, coop, depth, closed });
-        let weak = Arc::downgrade(&shared);
+        let for_thread = shared.clone();
         let submitter = std::thread::Builder::new()
             .name("lazor-submit".into())
-            .spawn(move || submit_thread(weak))
+            .spawn(move || submit_thread(&for_thread))
             .map_err(|e| crate::error::Error::DeviceCreation {
                 adapter: shared.gpu.info.name.clone(),
                 message: format!("starting the submit thread: {e}"),
@@ -120,9 +120,15 @@ impl WgpuBackend {
     }
 }
 
+/// Locks `m`, also after a panic elsewhere left it poisoned: every lock here guards state that stays consistent
+/// between statements.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// Submits the held-back realizes, if any.
@@ -142,10 +148,15 @@ impl Shared {
         scopes.pop().inspect_err(|e| self.gpu.poison(e))
     }
 
-    /// Whether a held batch of `held` realizes goes to the GPU now, by what wgpu last reported
-    /// ([`batch::submit_now`]).
-    fn room(&self, st: &mut State, held: u32) -> bool {
-        st.in_flight.room(self.depth.load(Ordering::Relaxed), held)
+    /// Submits the held batch if the queue has room for it, by what wgpu last reported ([`batch::submit_now`]);
+    /// whether it did (with nothing held, there is nothing to submit and this says so).
+    fn flush_if_room(&self, st: &mut State) -> bool {
+        let held = st.batch.as_ref().map_or(0, |b| b.realizes);
+        let room = held > 0 && st.in_flight.room(self.depth.load(Ordering::Relaxed), held);
+        if room {
+            self.flush(st);
+        }
+        room
     }
 }
 
@@ -172,7 +183,8 @@ impl Drop for WgpuBackend {
 
 /// The submit thread: woken when a realize is held back, it waits for the oldest submit in flight to finish and
 /// submits the held-back realizes once the queue has room, so they never wait for the program's next call.
-fn submit_thread(shared: std::sync::Weak<Shared>) {
+/// It holds `sh` until it ends: the backend's drop sets `closed` and joins it before letting go of its own.
+fn submit_thread(sh: &Shared) {
     loop {
         std::thread::park();
         // How long to wait on the oldest submit before looking at the held batch again: short while the batch
@@ -180,19 +192,14 @@ fn submit_thread(shared: std::sync::Weak<Shared>) {
         let mut step = batch::RECHECK;
         let mut seen = 0;
         loop {
-            let Some(sh) = shared.upgrade() else { return };
             if sh.closed.load(Ordering::Acquire) {
                 return;
             }
             let oldest = {
                 let mut st = sh.state();
-                if st.batch.is_none() {
-                    break;
-                }
-                let held = st.batch.as_ref().map_or(0, |b| b.realizes);
-                if sh.room(&mut st, held) {
-                    // A failure poisons the device, so the next call reports it.
-                    sh.flush(&mut st);
+                let Some(held) = st.batch.as_ref().map(|b| b.realizes) else { break };
+                // A failure poisons the device, so the next call reports it.
+                if sh.flush_if_room(&mut st) {
                     break;
                 }
                 step = if held == seen { (step * 2).min(batch::MAX_RECHECK) } else { batch::RECHECK };
@@ -254,13 +261,7 @@ impl Backend for WgpuBackend {
     }
 
     fn poll(&self) -> Result<()> {
-        {
-            let mut st = self.state();
-            let held = st.batch.as_ref().map_or(0, |b| b.realizes);
-            if self.room(&mut st, held) {
-                self.flush(&mut st);
-            }
-        }
+        self.flush_if_room(&mut self.state());
         self.gpu.poll()
     }
 
@@ -314,7 +315,8 @@ impl Backend for WgpuBackend {
     fn trim(&self) -> u64 {
         // Free buffers a held or running batch still uses are only let go once it has run.
         self.flush_all();
-        let _ = self.gpu.wait();
+        // Errors are left for the next call to report.
+        self.gpu.wait_idle();
         let mut st = self.state();
         let bytes = st.pool.trim();
         // Cached bind groups hold buffers: let go of them now, not at the next realize.

@@ -1,7 +1,7 @@
 //! Reading results back: map the staging copies a job made, wait, lend the mapped words, return the staging buffer
 //! to the pool.
 
-use super::WgpuBackend;
+use super::{lock, WgpuBackend};
 use crate::backend::ReadId;
 use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex};
@@ -11,10 +11,6 @@ const CALLBACK_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// One map request's outcome, filled in by wgpu's callback.
 type Slot = Arc<Mutex<Option<Result<(), String>>>>;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A staging buffer being mapped for reading.
 pub(super) struct Pending {
