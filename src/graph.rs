@@ -64,6 +64,33 @@ impl Op {
         }
     }
 
+    /// Appends what the op is, apart from which nodes it reads, as words: its variant and every operand that is not
+    /// a node (the op of a `Unary`, a constant's bits, a view's extents, strides and offset, an axis). Two ops with
+    /// equal words and equal inputs compute the same values: the plan cache keys on it.
+    pub fn signature(&self, out: &mut Vec<u64>) {
+        let tag = |n: u64, out: &mut Vec<u64>| out.push(n << 56);
+        match self {
+            Op::Data(_) => tag(0, out),
+            Op::Const(bits) => out.extend([1 << 56, u64::from(*bits)]),
+            Op::Arange => tag(2, out),
+            Op::Buffer => tag(3, out),
+            Op::Unary(op, _) => out.push(4 << 56 | *op as u64),
+            Op::Binary(op, ..) => out.push(5 << 56 | *op as u64),
+            Op::Cast(_) => tag(6, out),
+            Op::Where(..) => tag(7, out),
+            Op::View(v, _) => {
+                out.push(8 << 56 | v.shape.ndim() as u64);
+                out.extend(v.shape.dims().iter().map(|&d| d as u64));
+                out.extend(v.strides.iter().map(|&s| s as u64));
+                out.push(v.offset as u64);
+            }
+            Op::Cat(parts, axis) => out.extend([9 << 56 | parts.len() as u64, *axis as u64]),
+            Op::Contiguous(_) => tag(10, out),
+            Op::Reduce(op, _, axis) => out.extend([11 << 56 | *op as u64, *axis as u64]),
+            Op::Matmul(..) => tag(12, out),
+        }
+    }
+
     /// Whether the op is evaluated inside a kernel (as opposed to being a buffer or a constant).
     pub fn is_compute(&self) -> bool {
         !matches!(self, Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer)

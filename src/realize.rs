@@ -5,7 +5,7 @@ use crate::backend::{Data, Job, JobBuffer, ReadId};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::{BufferKey, Graph, NodeId, Op};
-use crate::schedule::{self, Options, Plan, Source};
+use crate::schedule::{Options, Plan, PlanCache, Source};
 use crate::stats::Stats;
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +17,7 @@ use std::time::Instant;
 pub(crate) struct State {
     pub graph: Graph,
     pub stats: Stats,
+    pub plans: PlanCache,
 }
 
 /// Returns an error when some value of the plan needs more bytes than one binding can cover.
@@ -48,8 +49,9 @@ impl Device {
         let debug = self.inner.debug;
         let opts = Options { fuse: self.fusion(), max_bindings: backend.max_bindings(), max_ops: self.inner.max_ops };
         let mut guard = self.state();
-        let State { graph, stats } = &mut *guard;
-        let plan = schedule::plan(graph, outputs, &opts);
+        let State { graph, stats, plans } = &mut *guard;
+        let (plan, reused) = plans.plan(graph, outputs, &opts);
+        stats.plans_reused += u64::from(reused);
         check_sizes(graph, &plan, backend.max_buffer_bytes())?;
         let before = *stats;
         stats.realizes += 1;
@@ -110,7 +112,7 @@ impl Device {
         if debug >= 1 {
             let s = *stats;
             eprintln!(
-                "lazor: realize #{}: {} nodes, {} kernels, {} dispatches, {} B up, {} B down, {} compiled, {:.3} ms (plan {:.3}, backend {:.3})",
+                "lazor: realize #{}: {} nodes, {} kernels, {} dispatches, {} B up, {} B down, {} compiled, {:.3} ms (plan{} {:.3}, backend {:.3})",
                 s.realizes,
                 plan.nodes,
                 plan.kernels.len(),
@@ -119,6 +121,7 @@ impl Device {
                 s.bytes_downloaded - before.bytes_downloaded,
                 s.pipelines_compiled - before.pipelines_compiled,
                 start.elapsed().as_secs_f64() * 1e3,
+                if reused { " reused" } else { "" },
                 planned.as_secs_f64() * 1e3,
                 (ran - planned).as_secs_f64() * 1e3
             );

@@ -10,6 +10,9 @@ pub struct Stats {
     pub submits: u64,
     /// Compute dispatches (kernels run).
     pub dispatches: u64,
+    /// Realizes whose plan (fusion, kernels, memory plan) came from the plan cache: an earlier realize had the same
+    /// structure (ops, shapes, types, constants, views, requested outputs).
+    pub plans_reused: u64,
     /// Pipelines compiled from new WGSL.
     pub pipelines_compiled: u64,
     /// Kernels whose pipeline came from the cache.

@@ -97,6 +97,36 @@ fn pipelines_are_cached_on_structure_not_sizes_or_constants() {
 }
 
 #[test]
+fn a_repeated_structure_is_planned_once_and_each_realize_reads_its_own_inputs() {
+    for dev in devices() {
+        let mut rng = Rng::new(7);
+        let xs: Vec<Tensor> =
+            (0..3).map(|_| Tensor::from_vec_on(rng.vec(64 * 48, -2.0, 2.0), [64, 48], &dev)).collect();
+        for x in &xs {
+            x.realize().unwrap();
+        }
+        let ln = |x: &Tensor, eps: f32| (x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + eps).sqrt();
+        let want: Vec<Vec<f32>> = xs.iter().map(|x| lazor::reference::eval(&[&ln(x, 1e-5)]).pop().unwrap()).collect();
+        let before = dev.stats();
+        for (x, want) in xs.iter().zip(&want) {
+            assert_close(&ln(x, 1e-5).to_vec(), want, 1e-5, 1e-5, "layer norm");
+        }
+        let after = dev.stats();
+        assert_eq!(after.realizes - before.realizes, 3);
+        assert_eq!(after.plans_reused - before.plans_reused, 2, "{}: planned once, reused twice", dev.name());
+        assert_eq!(after.dispatches - before.dispatches, 3, "one kernel each");
+        // Another constant, another shape: planned anew, and right.
+        let y = Tensor::from_vec_on(rng.vec(64 * 50, -2.0, 2.0), [64, 50], &dev);
+        for t in [ln(&xs[0], 1e-3), ln(&y, 1e-5)] {
+            let want = lazor::reference::eval(&[&t]).pop().unwrap();
+            let reused = dev.stats().plans_reused;
+            assert_close(&t.to_vec(), &want, 1e-5, 1e-5, "layer norm, new structure");
+            assert_eq!(dev.stats().plans_reused, reused, "{}: a new structure is planned", dev.name());
+        }
+    }
+}
+
+#[test]
 fn a_repeated_realize_writes_no_parameters() {
     for dev in devices() {
         let run = |n: usize, k: f32, seed: u64| {

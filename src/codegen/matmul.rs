@@ -328,9 +328,9 @@ mod tests {
         let p = g.add(Op::Matmul(a, b), Shape::from([m, n]), DType::F16);
         let out = g.add(Op::Unary(UnaryOp::Relu, p), Shape::from([m, n]), DType::F16);
         let opts = Options { fuse: true, max_bindings: 8, max_ops: 256 };
-        let mut kernels = plan(&g, &[out], &opts).kernels;
+        let kernels = plan(&g, &[out], &opts).kernels;
         assert_eq!(kernels.len(), 1, "the product and its epilogue are one kernel");
-        kernels.remove(0)
+        kernels[0].clone()
     }
 
     #[test]

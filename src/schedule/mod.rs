@@ -1,17 +1,20 @@
 //! The scheduler: from requested outputs to an ordered list of kernels over a table of buffers, with a memory plan.
 //! Pure graph code, no backend.
 
+mod cache;
 mod fuse;
 mod lower;
 mod matmul;
 mod reduce;
 pub mod toposort;
 
+pub use cache::PlanCache;
 pub use fuse::Options;
 
 use crate::graph::{BufferKey, Graph, NodeId, Op};
 use crate::hash::{FastMap, FastSet};
 use crate::kernel::Kernel;
+use std::sync::Arc;
 
 /// Where the value of a plan slot comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,10 +44,10 @@ pub struct Slot {
 pub struct Plan {
     /// Every buffer the plan touches; kernels name them by index.
     pub slots: Vec<Slot>,
-    /// Kernels in execution order.
-    pub kernels: Vec<Kernel>,
+    /// Kernels in execution order (shared with the plan cache).
+    pub kernels: Arc<[Kernel]>,
     /// For each kernel, the intermediate slots whose last reader it is: their buffers go back to the pool after it.
-    pub frees: Vec<Vec<usize>>,
+    pub frees: Arc<[Vec<usize>]>,
     /// The requested outputs, without duplicates.
     pub outputs: Vec<NodeId>,
     /// Requested outputs and uploads with no elements: realized without a buffer.
@@ -94,22 +97,34 @@ impl Slots<'_> {
 ///
 /// # Panics
 /// If lowering keeps asking to store a node that is already stored (a scheduler bug, reported rather than looped).
+#[cfg(test)]
 pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
-    let mut unique = Vec::new();
+    let (unique, seen) = dedup(outputs);
+    let order = toposort::toposort(graph, &unique);
+    plan_ordered(graph, unique, &seen, &order, opts)
+}
+
+/// `outputs` without repeats, in order, and as a set.
+fn dedup(outputs: &[NodeId]) -> (Vec<NodeId>, FastSet<NodeId>) {
+    let mut unique = Vec::with_capacity(outputs.len());
     let mut seen = FastSet::default();
     for &o in outputs {
         if seen.insert(o) {
             unique.push(o);
         }
     }
-    let order = toposort::toposort(graph, &unique);
+    (unique, seen)
+}
+
+/// [`plan`] once the outputs are deduplicated (`unique`, also as the set `seen`) and ordered (`order`).
+fn plan_ordered(graph: &Graph, unique: Vec<NodeId>, seen: &FastSet<NodeId>, order: &[NodeId], opts: &Options) -> Plan {
     // Lowering may find a view it cannot express over its source; that source is then stored, and we start over.
     let mut forced: FastSet<NodeId> = FastSet::default();
     // A member of a rows kernel that reads one of its folds other than broadcast along the rows leaves it.
     let mut no_rows: FastSet<NodeId> = FastSet::default();
     let (kernels, mut slots, fusion) = loop {
-        let fusion = fuse::materialize(graph, &order, &seen, &forced, opts);
-        let groups = fuse::group(graph, &order, &fusion, opts, &no_rows);
+        let fusion = fuse::materialize(graph, order, seen, &forced, opts);
+        let groups = fuse::group(graph, order, &fusion, opts, &no_rows);
         // Members read by another group must be written even when nobody asked for them.
         let read_elsewhere: FastSet<NodeId> = groups.iter().flat_map(|g| g.inputs.iter().copied()).collect();
         let written = |id: NodeId| seen.contains(&id) || read_elsewhere.contains(&id);
@@ -149,7 +164,7 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     };
 
     let mut empty = Vec::new();
-    for &id in &order {
+    for &id in order {
         let node = graph.node(id);
         let is_empty = node.shape.numel() == 0;
         match node.op {
@@ -185,7 +200,14 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     for (s, k) in last_use {
         frees[k].push(s);
     }
-    Plan { slots: slots.slots, kernels, frees, outputs: unique, empty, nodes: order.len() }
+    Plan {
+        slots: slots.slots,
+        kernels: kernels.into(),
+        frees: frees.into(),
+        outputs: unique,
+        empty,
+        nodes: order.len(),
+    }
 }
 
 #[cfg(test)]
@@ -296,7 +318,7 @@ mod tests {
         }
         let p = plan(&g, &[x], &FUSE);
         assert!(p.kernels.len() > 1);
-        for k in &p.kernels {
+        for k in p.kernels.iter() {
             assert!(k.bindings() <= 8, "{} bindings", k.bindings());
         }
         let total: usize = p.kernels.iter().map(|k| k.fused_ops).sum();
