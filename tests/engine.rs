@@ -211,8 +211,8 @@ fn memory_stays_flat_over_10000_rounds() {
     for dev in devices() {
         let (a, b, _) = inputs(&dev, 64, 4);
         lazor::realize(&[&a, &b]).unwrap();
+        let start = dev.stats();
         let mut live_after_warmup = 0;
-        let mut allocated_after_warmup = 0;
         for round in 0..10_000 {
             {
                 let c = (&a * 2.0 + &b).sqrt();
@@ -221,14 +221,16 @@ fn memory_stays_flat_over_10000_rounds() {
             }
             if round == 10 {
                 live_after_warmup = dev.stats().live_buffer_bytes;
-                allocated_after_warmup = dev.stats().buffers_allocated;
             }
         }
         dev.synchronize().unwrap();
         let s = dev.stats();
         assert_eq!(s.live_buffer_bytes, live_after_warmup);
         if !dev.is_cpu() {
-            assert_eq!(s.buffers_allocated, allocated_after_warmup, "the pool reuses buffers");
+            // Independent realizes held in one batch (at most 64) get distinct buffers (`batch::settled`), so the
+            // pool grows to about a batch's worth, however many rounds run.
+            let allocated = s.buffers_allocated - start.buffers_allocated;
+            assert!(allocated <= 64 + 4, "{}: {allocated} buffers for 10,000 rounds", dev.name());
         }
         assert_eq!(dev.live_nodes(), 2, "only a and b remain");
         if !dev.is_cpu() {

@@ -22,10 +22,11 @@ pub(crate) fn host_memory() -> Option<u64> {
 ///
 /// A buffer is kept until the free bytes exceed the budget; then the buffers freed longest ago go first, so a
 /// program that moves from one size to another does not keep the old size's buffers forever, and the buffer just
-/// released (the likeliest to be wanted next) stays.
+/// released (the likeliest to be wanted next) stays. Each buffer may carry a stamp (the wgpu backend's: the last
+/// dispatch that used it), so a caller can ask for one last used before a given point ([`FreeList::take_settled`]).
 pub(crate) struct FreeList<B> {
-    /// Buffers by size; within a size, oldest first, each with the tick it was freed at.
-    by_size: BTreeMap<u64, VecDeque<(u64, B)>>,
+    /// Buffers by size; within a size, oldest first, each with the tick it was freed at and its stamp.
+    by_size: BTreeMap<u64, VecDeque<(u64, u64, B)>>,
     /// (tick, size) of every free buffer, oldest first: the eviction order.
     order: BTreeMap<u64, u64>,
     bytes: u64,
@@ -62,9 +63,18 @@ impl<B> FreeList<B> {
 
     /// The smallest free buffer of at least `size` bytes and at most `max` (the most recently freed of that size).
     pub fn take(&mut self, size: u64, max: u64) -> Option<B> {
-        let (&found, _) = self.by_size.range(size..=max.max(size)).next()?;
+        self.take_settled(size, max, u64::MAX)
+    }
+
+    /// As [`FreeList::take`], among the buffers whose stamp is at most `settled`: the smallest size that has one,
+    /// and of that size the most recently freed.
+    pub fn take_settled(&mut self, size: u64, max: u64, settled: u64) -> Option<B> {
+        let (found, at) = self
+            .by_size
+            .range(size..=max.max(size))
+            .find_map(|(&s, list)| list.iter().rposition(|e| e.1 <= settled).map(|at| (s, at)))?;
         let list = self.by_size.get_mut(&found)?;
-        let (tick, buffer) = list.pop_back()?;
+        let (tick, _, buffer) = list.remove(at)?;
         if list.is_empty() {
             self.by_size.remove(&found);
         }
@@ -76,11 +86,16 @@ impl<B> FreeList<B> {
     /// Keeps `buffer` of `size` bytes for reuse; returns the buffers evicted to stay within the budget (the caller
     /// destroys them), `buffer` itself when it alone exceeds the budget.
     pub fn put(&mut self, size: u64, buffer: B) -> Vec<B> {
+        self.put_stamped(size, buffer, 0)
+    }
+
+    /// As [`FreeList::put`], stamping the buffer with `stamp`.
+    pub fn put_stamped(&mut self, size: u64, buffer: B, stamp: u64) -> Vec<B> {
         if size > self.budget {
             return vec![buffer];
         }
         self.tick += 1;
-        self.by_size.entry(size).or_default().push_back((self.tick, buffer));
+        self.by_size.entry(size).or_default().push_back((self.tick, stamp, buffer));
         self.order.insert(self.tick, size);
         self.bytes += size;
         self.evict_over_budget()
@@ -107,7 +122,7 @@ impl<B> FreeList<B> {
     fn evict_oldest(&mut self) -> Option<B> {
         let (tick, size) = self.order.pop_first()?;
         let list = self.by_size.get_mut(&size).expect("ordered buffers are listed");
-        let (t, buffer) = list.pop_front().expect("ordered buffers are listed");
+        let (t, _, buffer) = list.pop_front().expect("ordered buffers are listed");
         debug_assert_eq!(t, tick, "within a size, the oldest is first");
         if list.is_empty() {
             self.by_size.remove(&size);
@@ -139,6 +154,25 @@ mod tests {
         f.put(256, 2);
         assert_eq!(f.take(256, 256), Some(2));
         assert_eq!(f.take(256, 256), Some(1));
+    }
+
+    #[test]
+    fn a_settled_take_skips_buffers_stamped_later() {
+        let mut f = FreeList::new(1 << 20);
+        f.put_stamped(256, 'a', 5);
+        f.put_stamped(256, 'b', 9);
+        f.put_stamped(512, 'c', 1);
+        assert_eq!(f.take_settled(256, 256, 4), None, "both 256s were used after 4");
+        assert_eq!(f.take_settled(256, 512, 6), Some('a'), "the most recent settled one, skipping b");
+        assert_eq!(f.take_settled(256, 512, 6), Some('c'), "then a larger settled one");
+        assert_eq!(f.take_settled(256, 512, 6), None);
+        assert_eq!(f.take(256, 512), Some('b'), "an unsettled take ignores stamps");
+        assert_eq!((f.bytes(), f.len()), (0, 0));
+        f.put_stamped(256, 'd', 3);
+        f.put_stamped(256, 'e', 7);
+        f.put_stamped(256, 'f', 2);
+        assert_eq!(f.take_settled(256, 256, 3), Some('f'));
+        assert_eq!(f.drain(), vec!['d', 'e'], "eviction order is still the order of freeing");
     }
 
     #[test]

@@ -92,7 +92,8 @@ impl WgpuBackend {
                 Data::Existing(key) => Some(key),
                 Data::Upload(values) => {
                     let bytes: &[u8] = bytemuck::cast_slice(values);
-                    let key = st.pool.alloc(&gpu.device, bytes.len() as u64, stats);
+                    // Nothing is held (uploads flushed the batch): every buffer's users were submitted.
+                    let key = st.pool.alloc(&gpu.device, bytes.len() as u64, st.recorded, stats);
                     gpu.queue.write_buffer(st.pool.get(key), 0, bytes);
                     stats.bytes_uploaded += bytes.len() as u64;
                     Some(key)
@@ -114,17 +115,23 @@ impl WgpuBackend {
         // held-back realizes of other calls.
         let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
         let mut dispatches = Vec::with_capacity(job.kernels.len());
+        // Dispatches are numbered from 1; the open batch (or the one this job opens) holds those from `first` on.
+        let first = st.batch.as_ref().map_or(st.recorded + 1, |b| b.first);
         for (n, kernel) in job.kernels.iter().enumerate() {
+            let number = st.recorded + 1 + n as u64;
+            let waits = kernel.inputs.iter().any(|&(slot, _)| keys[slot].is_some_and(|k| st.pool.written(k) >= first));
+            let settled = batch::settled(first, number, waits);
             for &(slot, _) in &kernel.outputs {
-                let key = st.pool.alloc(&gpu.device, job.buffers[slot].bytes, stats);
+                let key = st.pool.alloc(&gpu.device, job.buffers[slot].bytes, settled, stats);
                 keys[slot] = Some(key);
             }
             let (offset, size) = param_at[n];
             let mut ranges: SmallVec<[(wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
             ranges.push((param_buf.clone().expect("params"), offset, size));
-            let slots = kernel.outputs.iter().map(|o| o.0).chain(kernel.inputs.iter().map(|i| i.0));
-            for slot in slots {
+            let slots = kernel.outputs.iter().map(|o| (o.0, true)).chain(kernel.inputs.iter().map(|i| (i.0, false)));
+            for (slot, writes) in slots {
                 let key = keys[slot].expect("a kernel's inputs are written before it runs");
+                st.pool.touch(key, number, writes);
                 ranges.push((st.pool.get(key).clone(), 0, bound(job.buffers[slot].bytes)));
             }
             let bind_group = st.bind_groups.get(&gpu.device, &compiled[n].pipeline, &compiled[n].layout, ranges);
@@ -149,7 +156,7 @@ impl WgpuBackend {
         // Recording: valid objects only, so nothing here fails short of a lost device.
         let scopes = Scopes::push(&gpu.device);
         let has_work = !job.kernels.is_empty() || uploads || !job.reads.is_empty();
-        let mut batch = st.batch.take().unwrap_or_else(|| batch::Open::new(&gpu.device));
+        let mut batch = st.batch.take().unwrap_or_else(|| batch::Open::new(&gpu.device, first));
         if !job.kernels.is_empty() {
             let pass = batch.pass();
             for (n, (bind_group, (x, y))) in dispatches.iter().enumerate() {
@@ -158,6 +165,7 @@ impl WgpuBackend {
                 pass.dispatch_workgroups(*x, *y, 1);
                 stats.dispatches += 1;
             }
+            st.recorded += dispatches.len() as u64;
         }
         for (&slot, buffer) in job.reads.iter().zip(&staged) {
             let bytes = job.buffers[slot].bytes;
@@ -186,8 +194,14 @@ impl WgpuBackend {
             false
         } else {
             st.batch = Some(batch);
-            self.wake();
-            true
+            // Queued behind the running submit once the batch is worth a submit of its own; otherwise the submit
+            // thread submits it when the queue has room.
+            if self.flush_if_room(st) {
+                false
+            } else {
+                self.wake();
+                true
+            }
         };
         // New pipelines go to disk now, while the GPU runs them.
         if stats.pipelines_compiled > compiled_before {

@@ -67,6 +67,8 @@ struct State {
     /// Realizes recorded and not yet submitted.
     batch: Option<batch::Open>,
     in_flight: batch::InFlight,
+    /// Dispatches recorded so far: the pool stamps each buffer with the last one that used it.
+    recorded: u64,
 }
 
 impl WgpuBackend {
@@ -91,6 +93,7 @@ impl WgpuBackend {
             reads: SlotMap::with_key(),
             batch: None,
             in_flight: Default::default(),
+            recorded: 0,
         };
         let closed = AtomicBool::new(false);
         let shared = Arc::new(Shared { gpu, state: Mutex::new(state), subgroups, f16, coop, depth, closed });
@@ -182,28 +185,25 @@ impl Drop for WgpuBackend {
 }
 
 /// The submit thread: woken when a realize is held back, it waits for the oldest submit in flight to finish and
-/// submits the held-back realizes once the queue has room, so they never wait for the program's next call.
+/// submits the held-back realizes once the queue has room, so they never wait for the program's next call. (A
+/// batch that grows large enough to queue behind the running submit is submitted by the realize that makes it so.)
 /// It holds `sh` until it ends: the backend's drop sets `closed` and joins it before letting go of its own.
 fn submit_thread(sh: &Shared) {
     loop {
         std::thread::park();
-        // How long to wait on the oldest submit before looking at the held batch again: short while the batch
-        // grows, longer while it does not, so a long GPU job does not keep this thread polling.
-        let mut step = batch::RECHECK;
-        let mut seen = 0;
         loop {
             if sh.closed.load(Ordering::Acquire) {
                 return;
             }
             let oldest = {
                 let mut st = sh.state();
-                let Some(held) = st.batch.as_ref().map(|b| b.realizes) else { break };
+                if st.batch.is_none() {
+                    break;
+                }
                 // A failure poisons the device, so the next call reports it.
                 if sh.flush_if_room(&mut st) {
                     break;
                 }
-                step = if held == seen { (step * 2).min(batch::MAX_RECHECK) } else { batch::RECHECK };
-                seen = held;
                 match st.in_flight.oldest() {
                     Some(index) => index,
                     // Depth 0: held back until a read, synchronize or flush.
@@ -214,13 +214,12 @@ fn submit_thread(sh: &Shared) {
                 // The device is lost: every later call reports it, and nothing held back can run.
                 return;
             }
-            // A short wait, so a batch that has grown enough is queued behind the running submit before that
-            // one ends rather than after.
-            let wait = wgpu::PollType::Wait { submission_index: Some(oldest), timeout: Some(step) };
-            if let Err(e) = sh.gpu.device.poll(wait) {
-                if matches!(e, wgpu::PollError::Timeout) {
-                    continue;
-                }
+            // No timeout: in wgpu-core 30, a wait that times out while another thread polls (every submit does)
+            // can fail an internal assertion, "If the queue is empty, the current submission index (..) should be
+            // at least the wait submission index (..)" (gfx-rs/wgpu#9958, fixed after 30). Seen here once in a
+            // test loop of 10,000 realizes. A wait that returns only when its submit is done cannot hit it.
+            let wait = wgpu::PollType::Wait { submission_index: Some(oldest), timeout: None };
+            if sh.gpu.device.poll(wait).is_err() {
                 // A submit wgpu never ran cannot be waited for: submit what is held now, still in order.
                 let mut st = sh.state();
                 sh.flush(&mut st);

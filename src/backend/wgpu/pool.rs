@@ -8,13 +8,21 @@ use slotmap::SlotMap;
 
 /// Storage and staging buffers of one device.
 pub struct Pool {
-    live: SlotMap<BufferKey, wgpu::Buffer>,
+    /// Live buffers, each with the last dispatch that used it and the last that wrote it (see [`Pool::touch`]).
+    live: SlotMap<BufferKey, Live>,
     free: FreeList<wgpu::Buffer>,
     /// Read-back buffers: host memory the driver pins, so they get their own, smaller budget.
     staging: FreeList<wgpu::Buffer>,
     /// Counts storage buffers the pool has let go of: cached bind groups that may name one are stale after it
     /// changes (they would keep its memory alive).
     pub dropped: u64,
+}
+
+/// A live buffer and the dispatches (numbered by the backend, from 1; 0 for none) that last used and wrote it.
+struct Live {
+    buffer: wgpu::Buffer,
+    used: u64,
+    written: u64,
 }
 
 /// Buffer sizes are rounded to 256 bytes, so near sizes share buffers and every buffer holds whole vec4s.
@@ -60,10 +68,20 @@ impl Pool {
         self.free.bytes() + self.staging.bytes()
     }
 
-    /// A storage buffer of at least `bytes` bytes, reused when one fits.
-    pub fn alloc(&mut self, device: &wgpu::Device, bytes: u64, stats: &mut Stats) -> BufferKey {
+    /// A storage buffer of at least `bytes` bytes, reused when one fits: preferably one last used by dispatch
+    /// `settled` or earlier, else, when the free buffers leave no room in the budget for another, any.
+    pub fn alloc(&mut self, device: &wgpu::Device, bytes: u64, settled: u64, stats: &mut Stats) -> BufferKey {
         let size = round(bytes);
-        let buffer = self.free.take(size, fit(size)).unwrap_or_else(|| {
+        let free = &mut self.free;
+        let reused = free.take_settled(size, fit(size), settled).or_else(|| {
+            let room = free.bytes() + size <= free.budget();
+            if room {
+                None
+            } else {
+                free.take(size, fit(size))
+            }
+        });
+        let buffer = reused.unwrap_or_else(|| {
             stats.buffers_allocated += 1;
             device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("lazor"),
@@ -74,22 +92,37 @@ impl Pool {
         });
         stats.live_buffer_bytes += buffer.size();
         stats.peak_buffer_bytes = stats.peak_buffer_bytes.max(stats.live_buffer_bytes);
-        self.live.insert(buffer)
+        self.live.insert(Live { buffer, used: 0, written: 0 })
     }
 
     /// The buffer behind `key`.
     pub fn get(&self, key: BufferKey) -> &wgpu::Buffer {
-        &self.live[key]
+        &self.live[key].buffer
+    }
+
+    /// Notes that dispatch `dispatch` reads (or, with `writes`, writes) the buffer behind `key`.
+    pub fn touch(&mut self, key: BufferKey, dispatch: u64, writes: bool) {
+        if let Some(live) = self.live.get_mut(key) {
+            live.used = live.used.max(dispatch);
+            if writes {
+                live.written = live.written.max(dispatch);
+            }
+        }
+    }
+
+    /// The last dispatch that wrote the buffer behind `key` (0 for none: an upload, or nothing yet).
+    pub fn written(&self, key: BufferKey) -> u64 {
+        self.live.get(key).map_or(0, |l| l.written)
     }
 
     /// Returns a buffer to the pool. Safe while GPU work that uses it is in flight: the queue runs in order, so
     /// whoever gets it next writes it after that work, and a buffer evicted now is freed by wgpu once that work
     /// is done.
     pub fn release(&mut self, key: BufferKey, stats: &mut Stats) {
-        let Some(buffer) = self.live.remove(key) else { return };
+        let Some(Live { buffer, used, .. }) = self.live.remove(key) else { return };
         stats.live_buffer_bytes -= buffer.size();
         // Dropped, not destroyed: `destroy` would free memory that submitted kernels may still read.
-        self.dropped += self.free.put(buffer.size(), buffer).len() as u64;
+        self.dropped += self.free.put_stamped(buffer.size(), buffer, used).len() as u64;
     }
 
     /// A mappable buffer to copy `bytes` bytes into for reading back.
