@@ -17,6 +17,10 @@ use std::sync::Arc;
 /// Plans kept; past this the least recently used goes.
 const MAX_PLANS: usize = 256;
 
+/// Words of the largest key kept (about 8,000 nodes): a graph past it is planned every time rather than let 256
+/// such keys hold hundreds of megabytes.
+const MAX_KEY_WORDS: usize = 1 << 16;
+
 /// A plan with its nodes named by their place in topological order.
 struct Template {
     /// Each slot as (place of its node, bytes, source); an `Existing` source is refilled from the node.
@@ -71,6 +75,9 @@ impl PlanCache {
             return (plan, true);
         }
         let plan = plan_ordered(graph, unique, &seen, &order, opts);
+        if self.key.len() > MAX_KEY_WORDS {
+            return (plan, false);
+        }
         if self.plans.len() >= MAX_PLANS {
             let oldest = self.plans.iter().min_by_key(|(_, t)| t.used).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
@@ -235,6 +242,26 @@ mod tests {
         assert!(hit);
         let sources: Vec<Source> = plan.slots.iter().map(|s| s.source).collect();
         assert!(sources.contains(&Source::Existing(kb)) && !sources.contains(&Source::Existing(ka)), "{sources:?}");
+    }
+
+    #[test]
+    fn an_upload_is_not_a_buffer_and_huge_graphs_are_not_kept() {
+        let mut g = Graph::default();
+        let mut cache = PlanCache::default();
+        let a = data(&mut g, &[8]);
+        let ea = un(&mut g, UnaryOp::Exp, a);
+        assert!(!cache.plan(&g, &[ea], &FUSE).1);
+        let b = data(&mut g, &[8]);
+        g.set_realized(b, Some(BufferKey::from(slotmap::KeyData::from_ffi(1))), &mut Vec::new());
+        let eb = un(&mut g, UnaryOp::Exp, b);
+        assert!(!cache.plan(&g, &[eb], &FUSE).1, "reading a buffer is another plan than uploading");
+        let mut x = data(&mut g, &[4]);
+        for _ in 0..MAX_KEY_WORDS / 4 {
+            x = un(&mut g, UnaryOp::Neg, x);
+        }
+        assert!(!cache.plan(&g, &[x], &FUSE).1);
+        assert!(!cache.plan(&g, &[x], &FUSE).1, "a key past MAX_KEY_WORDS is not kept");
+        assert_eq!(cache.len(), 2);
     }
 
     #[test]

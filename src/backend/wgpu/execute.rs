@@ -177,31 +177,31 @@ impl WgpuBackend {
         if has_work {
             batch.realizes += 1;
         }
-        // Submit now when something waits for this realize (a read), when the GPU has nothing in flight, or when
-        // the batch is full; else hold it back for the submit thread, which queues it once it is worth a submit.
+        // Submit now when something waits for this realize (a read), when the GPU has nothing in flight, when the
+        // batch is full, or when it is large enough to queue behind the running submit (`batch::submit_now`);
+        // else hold it back for the submit thread, which submits it when the queue runs dry.
         // A batch holding nothing (this realize had no GPU work and none was held) is dropped.
         // Completions are counted when someone polls: for a realize that starts a batch, a poll that does not
         // block brings the count up to date (none of lazor's callbacks takes the state lock held here). A realize
         // joining a held batch skips it: the GPU was busy a moment ago, and the submit thread watches it.
-        let idle = self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0
+        let depth = self.depth.load(std::sync::atomic::Ordering::Relaxed);
+        let idle = depth > 0
             && (st.in_flight.count() == 0
                 || (batch.realizes <= 1 && gpu.device.poll(wgpu::PollType::Poll).is_ok() && st.in_flight.count() == 0));
         let mut submitted = Ok(());
         let held = if batch.realizes == 0 {
             false
-        } else if !staged.is_empty() || batch.realizes >= batch::MAX_REALIZES || idle {
+        } else if !staged.is_empty()
+            || batch.realizes >= batch::MAX_REALIZES
+            || idle
+            || st.in_flight.room(depth, batch.realizes)
+        {
             submitted = self.submit(st, batch);
             false
         } else {
             st.batch = Some(batch);
-            // Queued behind the running submit once the batch is worth a submit of its own; otherwise the submit
-            // thread submits it when the queue has room.
-            if self.flush_if_room(st) {
-                false
-            } else {
-                self.wake();
-                true
-            }
+            self.wake();
+            true
         };
         // New pipelines go to disk now, while the GPU runs them.
         if stats.pipelines_compiled > compiled_before {

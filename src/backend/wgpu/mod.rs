@@ -177,8 +177,8 @@ impl Drop for WgpuBackend {
         self.closed.store(true, Ordering::Release);
         if let Some(t) = self.submitter.take() {
             t.thread().unpark();
-            // It leaves within one timed wait; a panic there (wgpu panics on some device losses) is not this
-            // drop's to report.
+            // It leaves once the submit it waits for is done; a panic there (wgpu panics on some device losses) is
+            // not this drop's to report.
             let _ = t.join();
         }
     }

@@ -69,12 +69,16 @@ impl Pool {
     }
 
     /// A storage buffer of at least `bytes` bytes, reused when one fits: preferably one last used by dispatch
-    /// `settled` or earlier, else, when the free buffers leave no room in the budget for another, any.
+    /// `settled` or earlier; else a new one while there is room for it, else any.
+    ///
+    /// Room: the free buffers stay within the budget, and live and free buffers together within twice it (half
+    /// the device's memory by default), so a program whose tensors fill the device reuses rather than runs out.
     pub fn alloc(&mut self, device: &wgpu::Device, bytes: u64, settled: u64, stats: &mut Stats) -> BufferKey {
         let size = round(bytes);
         let free = &mut self.free;
+        let live = stats.live_buffer_bytes;
         let reused = free.take_settled(size, fit(size), settled).or_else(|| {
-            let room = free.bytes() + size <= free.budget();
+            let room = free.bytes() + size <= free.budget() && live + free.bytes() + size <= 2 * free.budget();
             if room {
                 None
             } else {
