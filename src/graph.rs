@@ -65,13 +65,14 @@ impl Op {
     }
 
     /// Appends what the op is, apart from which nodes it reads, as words: its variant and every operand that is not
-    /// a node (the op of a `Unary`, a constant's bits, a view's extents, strides and offset, an axis). Two ops with
-    /// equal words and equal inputs compute the same values: the plan cache keys on it.
+    /// a node (the op of a `Unary`, a view's extents, strides and offset, an axis), except a constant's value. Two
+    /// ops with equal words and equal inputs are scheduled alike: the plan cache keys on it, and writes constants'
+    /// values into the parameters they fill (`Kernel::consts`).
     pub fn signature(&self, out: &mut Vec<u64>) {
         let tag = |n: u64, out: &mut Vec<u64>| out.push(n << 56);
         match self {
             Op::Data(_) => tag(0, out),
-            Op::Const(bits) => out.extend([1 << 56, u64::from(*bits)]),
+            Op::Const(_) => tag(1, out),
             Op::Arange => tag(2, out),
             Op::Buffer => tag(3, out),
             Op::Unary(op, _) => out.push(4 << 56 | *op as u64),

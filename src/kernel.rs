@@ -1,4 +1,5 @@
-//! The kernel IR: what one dispatch computes, as the scheduler hands it to a backend. No graph nodes, no wgpu.
+//! The kernel IR: what one dispatch computes, as the scheduler hands it to a backend. No wgpu, and no graph nodes
+//! but [`Kernel::consts`], which only the scheduler reads.
 //!
 //! Buffers are named by *slots* of the plan's buffer table, so a backend runs kernels without reading the graph.
 //! Sizes, strides, offsets and constants live in the kernel's parameter block; the instructions only index it, so
@@ -204,6 +205,9 @@ pub struct Kernel {
     /// The parameter block, as `u32` words: `numel` first, then whatever the instructions index. Values, not
     /// structure: a new size, offset or constant changes these and compiles nothing.
     pub params: Vec<u32>,
+    /// The parameters that hold a graph constant's value, each with the constant's node: the plan cache writes
+    /// another realize's constants there when it reuses the plan. Backends ignore it.
+    pub consts: Vec<(usize, crate::graph::NodeId)>,
     /// Where the kernel's extents start in `params`, when the body needs per-axis coordinates (a strided load or a
     /// concatenation).
     pub dims_at: Option<usize>,

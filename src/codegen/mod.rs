@@ -281,6 +281,7 @@ impl Key {
             types,
             frames,
             params,
+            consts: _,
             dims_at,
             width,
             tiles,

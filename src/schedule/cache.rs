@@ -5,8 +5,10 @@
 // is the realized subgraph with its nodes named by their place in topological order: each node's op with every
 // operand that is not a node (`Op::signature`), its shape and type, whether a leaf holds a buffer, the places of
 // its inputs, then the places of the requested outputs and the schedule's options. `plan` reads nothing else of
-// the graph (node ids only name nodes; buffer keys are looked up again), so a hit is the plan `plan` would make,
-// with its nodes named by place; they are mapped back to this realize's nodes, and its buffers to theirs.
+// the graph (node ids only name nodes; buffer keys are looked up again) but constants' values, which only fill
+// parameters (`Kernel::consts` says which), so a hit is the plan `plan` would make once this realize's constants
+// are written into those parameters and its nodes and buffers replace the ones the plan was made with. A loop
+// whose scalars change every step (a learning rate, a step count) reuses its plan too.
 
 use super::{dedup, plan_ordered, toposort, Options, Plan, Slot, Source};
 use crate::graph::{BufferKey, Graph, NodeId, Op};
@@ -25,11 +27,33 @@ const MAX_KEY_WORDS: usize = 1 << 16;
 struct Template {
     /// Each slot as (place of its node, bytes, source); an `Existing` source is refilled from the node.
     slots: Vec<(u32, u64, Source)>,
+    /// The kernels as planned; their `consts` name the nodes of the realize that planned them.
     kernels: Arc<[Kernel]>,
+    /// Parameters holding a constant: (kernel, parameter, place of the constant's node).
+    consts: Vec<(usize, usize, u32)>,
     frees: Arc<[Vec<usize>]>,
     outputs: Vec<u32>,
     empty: Vec<u32>,
     used: u64,
+}
+
+impl Template {
+    /// The kernels with the constants of the realize ordered as `order`: shared when they are the template's.
+    fn kernels(&self, graph: &Graph, order: &[NodeId]) -> Arc<[Kernel]> {
+        let value = |place: u32| match graph.node(order[place as usize]).op {
+            Op::Const(bits) => bits,
+            _ => unreachable!("the key places a constant there"),
+        };
+        let differs = |&(k, p, place): &(usize, usize, u32)| self.kernels[k].params[p] != value(place);
+        if !self.consts.iter().any(differs) {
+            return self.kernels.clone();
+        }
+        let mut kernels = self.kernels.to_vec();
+        for &(k, p, place) in &self.consts {
+            kernels[k].params[p] = value(place);
+        }
+        kernels.into()
+    }
 }
 
 /// A device's recent plans, by the structure of what they realize.
@@ -66,7 +90,7 @@ impl PlanCache {
                 .collect();
             let plan = Plan {
                 slots,
-                kernels: t.kernels.clone(),
+                kernels: t.kernels(graph, &order),
                 frees: t.frees.clone(),
                 outputs: t.outputs.iter().map(node).collect(),
                 empty: t.empty.iter().map(node).collect(),
@@ -98,6 +122,13 @@ impl PlanCache {
                 })
                 .collect(),
             kernels: plan.kernels.clone(),
+            consts: plan
+                .kernels
+                .iter()
+                .enumerate()
+                .flat_map(|(k, kernel)| kernel.consts.iter().map(move |&(p, id)| (k, p, id)))
+                .map(|(k, p, id)| (k, p, place(&id)))
+                .collect(),
             frees: plan.frees.clone(),
             outputs: plan.outputs.iter().map(place).collect(),
             empty: plan.empty.iter().map(place).collect(),
@@ -159,12 +190,14 @@ mod tests {
         bin(g, BinaryOp::Div, d, s)
     }
 
-    /// The plan with node ids replaced by their place in `order`, for comparing plans of two graphs.
+    /// The plan with node ids replaced by their place in `order`, for comparing plans of two graphs. A reused
+    /// plan's `Kernel::consts` name the nodes of the realize that planned it, so they are left out.
     fn by_place(plan: &Plan, order: &[NodeId]) -> String {
         let place = |id: NodeId| order.iter().position(|&o| o == id).expect("a planned node");
         let slots: Vec<_> = plan.slots.iter().map(|s| (place(s.node), s.bytes, s.source)).collect();
         let outputs: Vec<_> = plan.outputs.iter().map(|&o| place(o)).collect();
-        format!("{slots:?} {:?} {:?} {outputs:?} {:?} {}", plan.kernels, plan.frees, plan.empty, plan.nodes)
+        let kernels: Vec<Kernel> = plan.kernels.iter().map(|k| Kernel { consts: Vec::new(), ..k.clone() }).collect();
+        format!("{slots:?} {kernels:?} {:?} {outputs:?} {:?} {}", plan.frees, plan.empty, plan.nodes)
     }
 
     #[test]
@@ -187,6 +220,26 @@ mod tests {
     }
 
     #[test]
+    fn other_constants_reuse_the_plan_with_their_values_in_its_parameters() {
+        let mut g = Graph::default();
+        let mut cache = PlanCache::default();
+        let x = data(&mut g, &[16, 64]);
+        let first = layer_norm(&mut g, x, 1e-5);
+        let (p1, _) = cache.plan(&g, &[first], &FUSE);
+        let second = layer_norm(&mut g, x, 1e-3);
+        let (p2, hit) = cache.plan(&g, &[second], &FUSE);
+        assert!(hit, "a new constant is the same structure");
+        let order = toposort::toposort(&g, &[second]);
+        assert_eq!(by_place(&p2, &order), by_place(&super::super::plan(&g, &[second], &FUSE), &order));
+        assert!(!Arc::ptr_eq(&p1.kernels, &p2.kernels), "the parameters were rewritten in a copy");
+        assert!(p1.kernels[0].params.contains(&1e-5f32.to_bits()) && p2.kernels[0].params.contains(&1e-3f32.to_bits()));
+        // The template keeps its own constants: the first structure's values come back unchanged and shared.
+        let third = layer_norm(&mut g, x, 1e-5);
+        let (p3, hit) = cache.plan(&g, &[third], &FUSE);
+        assert!(hit && Arc::ptr_eq(&p1.kernels, &p3.kernels));
+    }
+
+    #[test]
     fn anything_the_plan_depends_on_misses() {
         let mut g = Graph::default();
         let mut cache = PlanCache::default();
@@ -195,13 +248,8 @@ mod tests {
         let wide = data(&mut g, &[16, 128]);
         let base = layer_norm(&mut g, x, 1e-5);
         assert!(!cache.plan(&g, &[base], &FUSE).1);
-        let variants = [
-            layer_norm(&mut g, x, 1e-3),    // another constant
-            layer_norm(&mut g, wide, 1e-5), // another shape
-        ];
-        for v in variants {
-            assert!(!cache.plan(&g, &[v], &FUSE).1);
-        }
+        let wide = layer_norm(&mut g, wide, 1e-5);
+        assert!(!cache.plan(&g, &[wide], &FUSE).1, "another shape");
         // Another op, axis, type, view, set of outputs or option: each a new plan.
         let e1 = un(&mut g, UnaryOp::Exp, x);
         let e2 = un(&mut g, UnaryOp::Sin, x);
@@ -268,11 +316,10 @@ mod tests {
     fn the_least_recently_used_plan_goes_first() {
         let mut g = Graph::default();
         let mut cache = PlanCache::default();
-        let x = data(&mut g, &[4]);
         let mut nodes = Vec::new();
         for i in 0..=MAX_PLANS {
-            let c = scalar(&mut g, i as f32);
-            nodes.push(bin(&mut g, BinaryOp::Add, x, c));
+            let x = data(&mut g, &[i + 1]);
+            nodes.push(un(&mut g, UnaryOp::Exp, x));
         }
         for &n in &nodes[..MAX_PLANS] {
             cache.plan(&g, &[n], &FUSE);

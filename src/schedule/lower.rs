@@ -244,7 +244,11 @@ impl<'a> Lowerer<'a> {
             self.load(id, m)
         } else {
             match &node.op {
-                Op::Const(c) => self.constant(*c, dt),
+                Op::Const(c) => {
+                    let v = self.constant(*c, dt);
+                    self.k.consts.push((self.k.params.len() - 1, id));
+                    v
+                }
                 Op::Arange => {
                     let view = self.view_of(m);
                     self.push(Instr::Index { view }, dt)
@@ -525,6 +529,7 @@ pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
         types: Vec::new(),
         frames: Vec::new(),
         params: vec![numel as u32],
+        consts: Vec::new(),
         dims_at: None,
         width: 1,
         tiles: Vec::new(),
