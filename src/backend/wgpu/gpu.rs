@@ -144,6 +144,8 @@ impl Gpu {
     /// [`Error::Env`] for a bad `LAZOR_BACKEND`.
     pub fn open(hardware_only: bool) -> Result<Gpu> {
         let backends = backends()?;
+        // One open at a time per process: see `keep::opening`.
+        let _opening = super::keep::opening();
         // GL last, from its own instance: starting it makes EGL print to stderr, and it is the weakest for compute.
         let enumerate = |b: wgpu::Backends| pollster::block_on(super::keep::instance(b).enumerate_adapters(b));
         let primary = backends & !wgpu::Backends::GL;

@@ -10,7 +10,18 @@
 // starts from an empty device.
 
 use super::lock;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Held while a `Device` is opened (adapters enumerated, a device taken or created): one at a time per process.
+///
+/// Test binaries open devices on many threads at once, and on the H200 about one run in 48 of one of them crashed
+/// within 0.1 s: a core dump showed a thread that had called a null function pointer while another was in
+/// `vkEnumerateDeviceExtensionProperties`, under wgpu's adapter enumeration. Serial runs (35) never crashed.
+/// Opening a device is rare and slow anyway (50-200 ms), so serializing it costs programs nothing.
+pub fn opening() -> MutexGuard<'static, ()> {
+    static OPENING: Mutex<()> = Mutex::new(());
+    lock(&OPENING)
+}
 
 /// The instance for a set of wgpu backends, made on first use.
 pub fn instance(backends: wgpu::Backends) -> wgpu::Instance {
