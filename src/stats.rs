@@ -11,7 +11,7 @@ pub struct Stats {
     /// Compute dispatches (kernels run).
     pub dispatches: u64,
     /// Realizes whose plan (fusion, kernels, memory plan) came from the plan cache: an earlier realize had the same
-    /// structure (ops, shapes, types, constants, views, requested outputs).
+    /// structure (ops, shapes, types, views, requested outputs; constants' values may differ).
     pub plans_reused: u64,
     /// Pipelines compiled from new WGSL.
     pub pipelines_compiled: u64,

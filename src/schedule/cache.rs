@@ -96,6 +96,15 @@ impl PlanCache {
                 empty: t.empty.iter().map(node).collect(),
                 nodes: order.len(),
             };
+            // Debug builds check the rule a rewritten plan rests on: a constant's value changes nothing but the
+            // parameters it fills. A scheduler that ever decides something by a constant's value fails here.
+            if cfg!(debug_assertions) && !Arc::ptr_eq(&plan.kernels, &t.kernels) {
+                let fresh = plan_ordered(graph, unique, &seen, &order, opts);
+                let strip = |ks: &[Kernel]| -> String {
+                    format!("{:?}", ks.iter().map(|k| Kernel { consts: Vec::new(), ..k.clone() }).collect::<Vec<_>>())
+                };
+                assert_eq!(strip(&plan.kernels), strip(&fresh.kernels), "lazor: a reused plan with new constants");
+            }
             return (plan, true);
         }
         let plan = plan_ordered(graph, unique, &seen, &order, opts);
