@@ -69,9 +69,9 @@ pub struct PlanCache {
 impl PlanCache {
     /// The plan of realizing `outputs`, as [`super::plan`] makes it, and whether it came from the cache.
     pub fn plan(&mut self, graph: &Graph, outputs: &[NodeId], opts: &Options) -> (Plan, bool) {
-        let (unique, seen) = dedup(outputs);
-        let order = toposort::toposort(graph, &unique);
-        self.make_key(graph, &order, &unique, opts);
+        // Repeated outputs are keyed as given (toposort visits each node once): only a miss deduplicates them.
+        let order = toposort::toposort(graph, outputs);
+        self.make_key(graph, &order, outputs, opts);
         self.clock += 1;
         if let Some(t) = self.plans.get_mut(self.key.as_slice()) {
             t.used = self.clock;
@@ -99,14 +99,14 @@ impl PlanCache {
             // Debug builds check the rule a rewritten plan rests on: a constant's value changes nothing but the
             // parameters it fills. A scheduler that ever decides something by a constant's value fails here.
             if cfg!(debug_assertions) && !Arc::ptr_eq(&plan.kernels, &t.kernels) {
+                let (unique, seen) = dedup(outputs);
                 let fresh = plan_ordered(graph, unique, &seen, &order, opts);
-                let strip = |ks: &[Kernel]| -> String {
-                    format!("{:?}", ks.iter().map(|k| Kernel { consts: Vec::new(), ..k.clone() }).collect::<Vec<_>>())
-                };
-                assert_eq!(strip(&plan.kernels), strip(&fresh.kernels), "lazor: a reused plan with new constants");
+                let (reused, fresh) = (without_consts(&plan.kernels), without_consts(&fresh.kernels));
+                assert_eq!(reused, fresh, "lazor: a reused plan with new constants");
             }
             return (plan, true);
         }
+        let (unique, seen) = dedup(outputs);
         let plan = plan_ordered(graph, unique, &seen, &order, opts);
         if self.key.len() > MAX_KEY_WORDS {
             return (plan, false);
@@ -135,8 +135,7 @@ impl PlanCache {
                 .kernels
                 .iter()
                 .enumerate()
-                .flat_map(|(k, kernel)| kernel.consts.iter().map(move |&(p, id)| (k, p, id)))
-                .map(|(k, p, id)| (k, p, place(&id)))
+                .flat_map(|(k, kernel)| kernel.consts.iter().map(move |&(p, id)| (k, p, place(&id))))
                 .collect(),
             frees: plan.frees.clone(),
             outputs: plan.outputs.iter().map(place).collect(),
@@ -153,8 +152,8 @@ impl PlanCache {
         self.plans.len()
     }
 
-    /// Builds the key of realizing `unique` (ordered as `order`) into `self.key`, and each node's place.
-    fn make_key(&mut self, graph: &Graph, order: &[NodeId], unique: &[NodeId], opts: &Options) {
+    /// Builds the key of realizing `outputs` (ordered as `order`) into `self.key`, and each node's place.
+    fn make_key(&mut self, graph: &Graph, order: &[NodeId], outputs: &[NodeId], opts: &Options) {
         let (key, place) = (&mut self.key, &mut self.place);
         key.clear();
         place.clear();
@@ -169,8 +168,15 @@ impl PlanCache {
             // Inputs come before their consumer in `order`, so each has its place already.
             key.extend(node.op.inputs().iter().map(|i| u64::from(place[i])));
         }
-        key.extend(unique.iter().map(|o| u64::from(place[o])));
+        key.extend(outputs.iter().map(|o| u64::from(place[o])));
     }
+}
+
+/// The kernels, each without its `consts` (which name the nodes of the realize that planned it), as text: what
+/// two plans of one structure must agree on.
+fn without_consts(kernels: &[Kernel]) -> String {
+    let bare: Vec<Kernel> = kernels.iter().map(|k| Kernel { consts: Vec::new(), ..k.clone() }).collect();
+    format!("{bare:?}")
 }
 
 #[cfg(test)]
@@ -205,8 +211,8 @@ mod tests {
         let place = |id: NodeId| order.iter().position(|&o| o == id).expect("a planned node");
         let slots: Vec<_> = plan.slots.iter().map(|s| (place(s.node), s.bytes, s.source)).collect();
         let outputs: Vec<_> = plan.outputs.iter().map(|&o| place(o)).collect();
-        let kernels: Vec<Kernel> = plan.kernels.iter().map(|k| Kernel { consts: Vec::new(), ..k.clone() }).collect();
-        format!("{slots:?} {kernels:?} {:?} {outputs:?} {:?} {}", plan.frees, plan.empty, plan.nodes)
+        let kernels = without_consts(&plan.kernels);
+        format!("{slots:?} {kernels} {:?} {outputs:?} {:?} {}", plan.frees, plan.empty, plan.nodes)
     }
 
     #[test]

@@ -184,16 +184,15 @@ impl WgpuBackend {
         // Completions are counted when someone polls: for a realize that starts a batch, a poll that does not
         // block brings the count up to date (none of lazor's callbacks takes the state lock held here). A realize
         // joining a held batch skips it: the GPU was busy a moment ago, and the submit thread watches it.
+        if batch.realizes <= 1 && st.in_flight.count() > 0 {
+            let _ = gpu.device.poll(wgpu::PollType::Poll);
+        }
         let depth = self.depth.load(std::sync::atomic::Ordering::Relaxed);
-        let idle = depth > 0
-            && (st.in_flight.count() == 0
-                || (batch.realizes <= 1 && gpu.device.poll(wgpu::PollType::Poll).is_ok() && st.in_flight.count() == 0));
         let mut submitted = Ok(());
         let held = if batch.realizes == 0 {
             false
         } else if !staged.is_empty()
             || batch.realizes >= batch::MAX_REALIZES
-            || idle
             || st.in_flight.room(depth, batch.realizes)
         {
             submitted = self.submit(st, batch);
