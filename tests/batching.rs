@@ -190,3 +190,46 @@ fn a_busy_gpu_batches_realizes_and_an_idle_one_gets_each_at_once() {
         assert_close(&last.to_vec(), &want, 1e-5, 1e-6, &dev.name());
     }
 }
+
+#[test]
+fn independent_realizes_of_one_batch_get_distinct_buffers_and_a_chain_reuses_two() {
+    for dev in devices().into_iter().filter(|d| !d.is_cpu()) {
+        let x = data(&dev, 4096, 9);
+        x.realize().unwrap();
+        dev.synchronize().unwrap();
+        dev.set_queue_depth(0);
+        // Eight independent realizes in one batch, each result dropped at once: reusing the buffer just freed
+        // would make each kernel wait for the one before (a barrier), so each gets its own.
+        // One expression and constant throughout, so no new parameter block is allocated after the first.
+        (&x * 2.0).exp().realize().unwrap();
+        dev.synchronize().unwrap();
+        let before = dev.stats();
+        for _ in 0..8 {
+            let y = (&x * 2.0).exp();
+            y.realize().unwrap();
+        }
+        let s = dev.stats();
+        assert_eq!(s.submits, before.submits, "{}: all held", dev.name());
+        // The first takes the warm-up realize's buffer (an earlier batch used it); the other seven are new.
+        assert_eq!(s.buffers_allocated - before.buffers_allocated, 7, "{}: one buffer each", dev.name());
+        // A chain in the same batch waits for each link anyway, so it reuses what it frees.
+        let mut z = x.clone();
+        for _ in 0..8 {
+            let next = (&z * 2.0).sin();
+            next.realize().unwrap();
+            z = next;
+        }
+        let chained = dev.stats().buffers_allocated - s.buffers_allocated;
+        assert!(chained <= 2, "{}: a chain allocated {chained} buffers", dev.name());
+        let want = lazor::reference::eval(&[&z]).pop().unwrap();
+        assert_close(&z.to_vec(), &want, 1e-5, 1e-6, &format!("{}: the chain", dev.name()));
+        dev.set_queue_depth(2);
+        // The next batch takes the buffers the last one used.
+        let before = dev.stats().buffers_allocated;
+        for _ in 0..8 {
+            (&x * 2.0).exp().realize().unwrap();
+        }
+        dev.synchronize().unwrap();
+        assert_eq!(dev.stats().buffers_allocated, before, "{}: submitted buffers are reused", dev.name());
+    }
+}
