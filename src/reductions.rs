@@ -91,6 +91,14 @@ impl Tensor {
 
     /// The tensor as one axis, folded with `op` into shape `[]`.
     fn try_fold_all(&self, op: ReduceOp) -> Result<Tensor> {
+        // Checked here, not by the fold of the flattened view, so the error names the caller's shape.
+        if self.numel() == 0 && matches!(op, ReduceOp::Max | ReduceOp::Min) {
+            return Err(Error::BadArgument {
+                op: if op == ReduceOp::Max { "max_all" } else { "min_all" },
+                message: format!("the tensor is empty, and an empty tensor has no {}imum", op.name()),
+                shape: self.shape.clone(),
+            });
+        }
         Ok(self.flatten().try_fold(op, 0, true)?.reshape(Shape::default()))
     }
 }

@@ -150,9 +150,11 @@ pub(super) fn materialize(
             }
             // A matmul runs its operands' expressions on every load of a tile: only cheap ones stay inlined.
             let heavy = match node.op {
+                // An empty operand (k = 0) is never read: the product is zeros, and nothing empty is stored.
                 Op::Matmul(..) => inputs.iter().copied().find(|i| {
                     fusion.inlined.get(i).is_some_and(|c| c.ops > MAX_PROLOGUE_OPS || c.leaves.len() > MAX_PROLOGUE_OPS)
                         && !fusion.is_buffer(graph, *i)
+                        && graph.node(*i).shape.numel() > 0
                 }),
                 _ => None,
             };
@@ -169,7 +171,9 @@ pub(super) fn materialize(
             let widest = inputs
                 .iter()
                 .copied()
-                .filter(|i| !fusion.is_buffer(graph, *i) && graph.node(*i).op.is_compute())
+                .filter(|i| {
+                    !fusion.is_buffer(graph, *i) && graph.node(*i).op.is_compute() && graph.node(*i).shape.numel() > 0
+                })
                 .max_by_key(|i| {
                     let (leaves, ops) = cost(i);
                     if this.leaves.len() > max_inputs {
@@ -299,6 +303,9 @@ fn joins_rows(
     let node = graph.node(id);
     let same_rows = match node.op {
         Op::Reduce(..) => row_fold(graph, id) == Some((domain, axis)),
+        // A product starts its own kernel even where its output has the rows' shape (a matrix-vector product of
+        // a fold): a rows kernel has no phase that multiplies.
+        Op::Matmul(..) => false,
         _ => squeezed(&node.shape) == squeezed(domain),
     };
     if !same_rows {

@@ -15,6 +15,7 @@ use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
 use crate::hash::{FastMap, FastSet};
 use crate::kernel::{Access, CatPart, Frame, Instr, Kernel, Kind, ViewRef, TILE};
+use crate::op::{BinaryOp, UnaryOp};
 use crate::shape::Shape;
 use crate::view::{contiguous_strides, View};
 
@@ -264,10 +265,19 @@ impl<'a> Lowerer<'a> {
                     self.push(Instr::Cast(a), dt)
                 }
                 Op::Binary(op, a, b) => {
-                    let a = self.operand(*a, &node.shape, m, anchor, fail)?;
-                    let b = self.operand(*b, &node.shape, m, anchor, fail)?;
+                    let mut a = self.operand(*a, &node.shape, m, anchor, fail)?;
+                    let mut b = self.operand(*b, &node.shape, m, anchor, fail)?;
+                    if op.is_compare() {
+                        // Half values stay in f32 inside a kernel; a comparison sees them as stored, so `x == max`
+                        // holds where the max was rounded on its way through memory (argmax of an f16 chain).
+                        a = self.rounded(a);
+                        b = self.rounded(b);
+                    }
                     self.k.fused_ops += 1;
-                    self.push(Instr::Binary(*op, a, b), dt)
+                    match self.cancels(*op, a, b, dt) {
+                        Some(x) => self.ieee_zero(x, dt),
+                        None => self.push(Instr::Binary(*op, a, b), dt),
+                    }
                 }
                 Op::Where(c, a, b) => {
                     let c = self.operand(*c, &node.shape, m, anchor, fail)?;
@@ -289,6 +299,38 @@ impl<'a> Lowerer<'a> {
         };
         self.cache.insert(key, v);
         Ok(v)
+    }
+
+    /// For a float `a - a`, `a + (-a)` or `(-a) + a`: the `a`. Shader compilers fold these to 0 (lavapipe does;
+    /// they assume no NaN or infinity), where IEEE gives NaN for a NaN or infinite `a`.
+    fn cancels(&self, op: BinaryOp, a: usize, b: usize, dt: DType) -> Option<usize> {
+        if !dt.is_float() {
+            return None;
+        }
+        let neg_of = |n: usize, x: usize| matches!(self.k.body[n], Instr::Unary(UnaryOp::Neg, y) if y == x);
+        match op {
+            BinaryOp::Sub if a == b => Some(a),
+            BinaryOp::Add if neg_of(b, a) => Some(a),
+            BinaryOp::Add if neg_of(a, b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// `a * 0 + 0` with the zero read from the parameters, which no compiler folds: +0 for finite `a`, NaN for NaN
+    /// and infinities, the IEEE value of `a - a`.
+    fn ieee_zero(&mut self, a: usize, dt: DType) -> usize {
+        let zero = self.constant(0, dt);
+        let scaled = self.push(Instr::Binary(BinaryOp::Mul, a, zero), dt);
+        self.push(Instr::Binary(BinaryOp::Add, scaled, zero), dt)
+    }
+
+    /// Value `v` rounded to its own type where that is f16 or bf16 (a cast to the same type rounds).
+    fn rounded(&mut self, v: usize) -> usize {
+        let dt = self.k.types[v];
+        match dt {
+            DType::F16 | DType::BF16 => self.push(Instr::Cast(v), dt),
+            _ => v,
+        }
     }
 
     /// Operand `x` of an elementwise node of shape `shape` evaluated under `m`: at the same mapping when the shapes

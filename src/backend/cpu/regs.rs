@@ -171,7 +171,11 @@ impl Plan {
         }
         let (mut free, mut count) = (Vec::new(), 0);
         for q in 0..n {
-            self.slot[q] = free.pop().unwrap_or_else(|| {
+            // A constant is filled once per task and trusted while its first value and length match, so its
+            // register is its own: one handed down from an earlier instruction would be overwritten by it in the
+            // next batch, and a first value equal to the constant's would keep that batch's stale rest.
+            let reuse = if matches!(k.body[q], Instr::Scalar(_)) { None } else { free.pop() };
+            self.slot[q] = reuse.unwrap_or_else(|| {
                 count += 1;
                 count - 1
             });
@@ -271,6 +275,13 @@ mod tests {
                 .collect(),
             _ => vec![(0..k.body.len(), k.outputs.iter().map(|o| o.1).collect())],
         };
+        // A constant keeps its register to itself: it is filled once per task, not per batch.
+        for (q, instr) in k.body.iter().enumerate() {
+            if matches!(instr, Instr::Scalar(_)) {
+                let sharing: Vec<usize> = (0..k.body.len()).filter(|&o| o != q && slot[o] == slot[q]).collect();
+                assert!(sharing.is_empty(), "constant {q} shares its register with {sharing:?}: {:?}", k.body);
+            }
+        }
         let mut owner = vec![usize::MAX; count];
         for (range, after) in ranges {
             for q in range {
@@ -308,6 +319,23 @@ mod tests {
         let count = Plan::new(&ks[0]).slots;
         // 3 loads and the chain's value in flight, plus one register per constant.
         assert!(count <= scalars + 5, "{count} registers for {} instructions", ks[0].body.len());
+    }
+
+    #[test]
+    fn a_constant_after_a_freed_register_gets_its_own() {
+        // `(x > 0) as i32 + 1`: the comparison's register is free by the time the constant 1 is placed; sharing it
+        // kept the comparison's values (whose first is also 1) in every batch after the first.
+        let mut g = Graph::default();
+        let x = data(&mut g, &[4096]);
+        let zero = scalar(&mut g, 0.0);
+        let s = Shape::from([4096]);
+        let gt = g.add(Op::Binary(BinaryOp::Gt, x, zero), s.clone(), DType::Bool);
+        let as_int = g.add(Op::Cast(gt), s.clone(), DType::I32);
+        let one = g.add(Op::Const(1), Shape::from([]), DType::I32);
+        let y = g.add(Op::Binary(BinaryOp::Add, as_int, one), s, DType::I32);
+        let ks = kernels(&g, y);
+        assert_eq!(ks.len(), 1);
+        assert_registers_hold(&ks[0]);
     }
 
     #[test]

@@ -1,0 +1,152 @@
+//! Bugs found by random programs checked against NumPy and PyTorch (issue 27): each repro, on every backend, fused
+//! and unfused, against the values the issue states and against the reference interpreter.
+
+mod common;
+
+use common::{check, devices};
+use lazor::half::{bf16, f16};
+use lazor::{DType, Device, Tensor};
+
+/// Runs `case` on every backend, with fusion on and off.
+fn each_device(case: impl Fn(&Device)) {
+    for dev in devices() {
+        for fuse in [true, false] {
+            dev.set_fusion(fuse);
+            case(&dev);
+        }
+    }
+}
+
+#[test]
+fn a_reduction_or_argmin_feeding_matmul() {
+    each_device(|dev| {
+        let x = Tensor::from_vec_on(vec![1.0f32, 2.0], [1, 2, 1], dev).sum(2);
+        let eye = Tensor::from_vec_on(vec![1.0f32, 0.0, 0.0, 1.0], [2, 2], dev);
+        let y = x.matmul(&eye);
+        assert_eq!(y.shape(), &[1, 2]);
+        assert_eq!(y.to_vec(), vec![1.0, 2.0], "{}", dev.name());
+
+        let y = Tensor::from_vec_on(vec![3.0f32], [1, 1], dev).sum_keepdim(0).matmul(&Tensor::ones_on([1, 1], dev));
+        assert_eq!(y.to_vec(), vec![3.0], "{}", dev.name());
+
+        let i = Tensor::from_vec_on(vec![2.0f32, 1.0], [2], dev).argmin_keepdim(-1).to_dtype(DType::F32);
+        let y = i.matmul(&Tensor::from_vec_on(vec![3.0f32, 4.0], [2, 1, 1], dev));
+        assert_eq!(y.shape(), &[2, 1]);
+        assert_eq!(y.to_vec(), vec![3.0, 4.0], "{}", dev.name());
+
+        // A fold of a larger product, and a fold on both sides, against the reference.
+        let a = Tensor::from_vec_on((0..24).map(|v| v as f32 * 0.25).collect(), [2, 3, 4], dev);
+        let b = Tensor::from_vec_on((0..12).map(|v| 1.0 - v as f32 * 0.125).collect(), [3, 4], dev);
+        check(&a.max(2).matmul(&b), 1e-6, 1e-6, "max(2) @ b");
+        check(&a.sum(0).matmul(&b.t().sum_keepdim(1)), 1e-6, 1e-5, "sum(0) @ sum_keepdim(1)");
+    });
+}
+
+#[test]
+fn argmax_over_a_leading_axis_of_half_expressions() {
+    each_device(|dev| {
+        let x = Tensor::from_vec_on([0.1f32, 0.9, 0.5, 0.7].map(f16::from_f32).to_vec(), [2, 2], dev);
+        assert_eq!(x.exp().argmax(0).to_vec_as::<i32>(), vec![1, 0], "{}", dev.name());
+        assert_eq!(x.exp().argmin(0).to_vec_as::<i32>(), vec![0, 1], "{}", dev.name());
+
+        let d = Tensor::from_vec_on([0.3f32, 0.7, 1.9].map(bf16::from_f32).to_vec(), [3], dev);
+        let q = Tensor::ones_on([2, 3], dev).to_dtype(DType::BF16) / &d;
+        assert_eq!(q.argmin(0).to_vec_as::<i32>(), vec![0, 0, 0], "{}", dev.name());
+        assert_eq!(q.argmax(0).to_vec_as::<i32>(), vec![0, 0, 0], "{}", dev.name());
+
+        // Many rows whose half values tie after rounding: the first index of the rounded extreme wins.
+        let n = 300;
+        let v: Vec<f16> = (0..n * 3).map(|i| f16::from_f32(1.0 + (i % 7) as f32 * 1e-4)).collect();
+        let x = Tensor::from_vec_on(v, [n, 3], dev);
+        check(&(x.clone() * 1.0f32).to_dtype(DType::F16).argmax(0), 0.0, 0.0, "f16 argmax(0)");
+        check(&x.exp().argmin(0), 0.0, 0.0, "f16 argmin(0)");
+        check(&x.exp().argmax(1), 0.0, 0.0, "f16 argmax(1)");
+    });
+}
+
+#[test]
+fn constants_in_fused_kernels_past_the_first_batch() {
+    each_device(|dev| {
+        let n = 4096;
+        let v: Vec<f32> = (0..n).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
+        let x = Tensor::from_vec_on(v.clone(), [n], dev);
+        let got = (x.gt(0.0) + 1i32).to_vec_as::<i32>();
+        let wrong = got.iter().zip(&v).filter(|(&g, &e)| g != if e > 0.0 { 2 } else { 1 }).count();
+        assert_eq!(wrong, 0, "{}: (x > 0) + 1 wrong in {wrong} places", dev.name());
+
+        let q = Tensor::from_vec_on(v.clone(), [n], dev);
+        let got = q.minimum(&q).eq(0.0).to_vec_as::<bool>();
+        let wrong = got.iter().filter(|&&b| b).count();
+        assert_eq!(wrong, 0, "{}: minimum(q, q) == 0 in {wrong} places", dev.name());
+        check(&(q.minimum(&q) * 2.0 + 1.0).lt(2.0), 0.0, 0.0, "minimum(q, q) * 2 + 1 < 2");
+    });
+}
+
+#[test]
+fn an_empty_tensor_read_once_then_a_k0_matmul() {
+    each_device(|dev| {
+        let e = Tensor::from_vec_on(Vec::<f32>::new(), [0], dev);
+        assert!(e.to_vec().is_empty());
+        let y = (&e + &Tensor::from_vec_on(vec![1.0f32], [], dev))
+            .minimum(&Tensor::from_vec_on(Vec::<f32>::new(), [3, 0], dev))
+            .matmul(&Tensor::from_vec_on(Vec::<f32>::new(), [0, 2], dev));
+        assert_eq!(y.shape(), &[3, 2]);
+        assert_eq!(y.to_vec(), vec![0.0; 6], "{}", dev.name());
+    });
+}
+
+#[test]
+fn x_minus_x_keeps_nan_and_inf() {
+    each_device(|dev| {
+        let x = Tensor::from_vec_on(vec![1.0f32, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0], [5], dev);
+        let got = (&x - &x).to_vec();
+        assert_eq!(got[0], 0.0);
+        assert!(got[1].is_nan() && got[2].is_nan() && got[3].is_nan(), "{}: x - x = {got:?}", dev.name());
+        let got = (&x + &(-&x)).to_vec();
+        assert!(got[1].is_nan() && got[2].is_nan() && got[3].is_nan(), "{}: x + -x = {got:?}", dev.name());
+        assert_eq!(got[0].to_bits(), 0, "{}: x + -x", dev.name());
+        let got = (&(-&x) + &x).to_vec();
+        assert!(got[1].is_nan() && got[2].is_nan() && got[3].is_nan(), "{}: -x + x = {got:?}", dev.name());
+        // `x - x` is +0 for every finite x, -0 included; the rewrite must not leave -0 behind.
+        let got = (&x.reshape([5, 1]).reshape([5]) - &x).to_vec();
+        assert_eq!(got[4].to_bits(), 0, "{}: -0 - -0", dev.name());
+        assert!(
+            got[1].is_nan() && got[2].is_nan() && got[3].is_nan(),
+            "{}: x - x through a view = {got:?}",
+            dev.name()
+        );
+        // Wide enough for the vectorized kernel.
+        let v = Tensor::from_vec_on([f32::NAN, f32::INFINITY, 2.0, -0.0].repeat(256), [1024], dev);
+        let got = (&v - &v).to_vec();
+        assert!(got.chunks(4).all(|c| c[0].is_nan() && c[1].is_nan() && c[2].to_bits() == 0 && c[3].to_bits() == 0));
+        let got = (&x * 0.0).to_vec();
+        assert!(got[1].is_nan() && got[2].is_nan() && got[3].is_nan(), "{}: x * 0 = {got:?}", dev.name());
+        let got = (&x / &x).to_vec();
+        assert!(got[1].is_nan() && got[2].is_nan() && got[3].is_nan(), "{}: x / x = {got:?}", dev.name());
+        assert_eq!(got[0], 1.0);
+        let got = (&x + 0.0).to_vec();
+        assert!(got[1].is_nan() && got[2] == f32::INFINITY && got[3] == f32::NEG_INFINITY, "{}", dev.name());
+        let got = x.ne(&x).to_vec_as::<bool>();
+        assert_eq!(got, vec![false, true, false, false, false], "{}: x != x", dev.name());
+        let got = x.eq(&x).to_vec_as::<bool>();
+        assert_eq!(got, vec![true, false, true, true, true], "{}: x == x", dev.name());
+    });
+}
+
+#[test]
+fn a_concatenation_of_empty_parts_in_a_k0_matmul() {
+    each_device(|dev| {
+        let a = Tensor::from_vec_on(Vec::<f32>::new(), [1, 0], dev);
+        let c = Tensor::cat(&[&a, &(&a * 2.0)], 0);
+        assert_eq!(c.shape(), &[2, 0]);
+        let y = c.matmul(&Tensor::from_vec_on(Vec::<f32>::new(), [0, 1], dev));
+        assert_eq!(y.to_vec(), vec![0.0, 0.0], "{}", dev.name());
+    });
+}
+
+#[test]
+#[should_panic(expected = "[3, 0]")]
+fn max_all_of_an_empty_tensor_names_the_callers_shape() {
+    let dev = Device::cpu();
+    let _ = Tensor::zeros_on([3, 0], &dev).max_all();
+}
