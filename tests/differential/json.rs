@@ -118,5 +118,15 @@ pub fn program_line(
             )
         })
         .collect();
-    format!("{{\"seed\":{seed},\"steps\":{},\"outputs\":[{}]}}", list(&p.steps, step), results.join(","))
+    // Each step with the shape and type lazor gave it, so a replay need not re-derive the promotion rules.
+    let steps: Vec<String> = p
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let body = step(s);
+            format!("{},\"out_shape\":{:?},\"out_dtype\":{}}}", &body[..body.len() - 1], shapes[i], dt(dtypes[i]))
+        })
+        .collect();
+    format!("{{\"seed\":{seed},\"steps\":[{}],\"outputs\":[{}]}}", steps.join(","), results.join(","))
 }
