@@ -2,10 +2,12 @@
 //! against the reference interpreter within error bounds propagated op by op. A failing program is shrunk to a
 //! minimal one and printed as Rust.
 //!
-//! CI runs 4000 programs on the CPU backend and the first 1000 of them on wgpu too.
-//! `LAZOR_FUZZ_PROGRAMS=20000 cargo test --release --test differential` is a long run (`LAZOR_FUZZ_GPU_PROGRAMS`
-//! sets how many of them run on wgpu: all by default when set); `LAZOR_FUZZ_SEED` moves the seeds; `LAZOR_FUZZ_DUMP=file.jsonl` writes each program with lazor's
-//! results and bounds for `benches/differential_torch.py` to replay in PyTorch (float64).
+//! CI runs 4000 programs on the CPU backend and the first 1000 of them on wgpu too. A long run is
+//! `LAZOR_FUZZ_PROGRAMS=20000 cargo test --release --test differential`. Knobs (see docs/ENVIRONMENT.md):
+//! `LAZOR_FUZZ_GPU_PROGRAMS` (how many run on wgpu; all of them when `LAZOR_FUZZ_PROGRAMS` is set),
+//! `LAZOR_FUZZ_SEED` (the first seed), `LAZOR_FUZZ_FUSION=on|off` (one fusion setting), `LAZOR_FUZZ_KEEP_GOING=1`
+//! (report every failure), `LAZOR_FUZZ_DUMP=file.jsonl` (each program with lazor's results and bounds, for
+//! `benches/differential_torch.py` to replay in PyTorch, float64), `LAZOR_FUZZ_SHOW=1` (print each program).
 
 #[path = "differential/bounds.rs"]
 mod bounds;
@@ -194,16 +196,50 @@ fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The fusion settings a run covers: `LAZOR_FUZZ_FUSION=on` or `off` for one of them, both by default.
+fn fusion_modes() -> Vec<bool> {
+    match std::env::var("LAZOR_FUZZ_FUSION").as_deref() {
+        Ok("on") => vec![true],
+        Ok("off") => vec![false],
+        _ => vec![true, false],
+    }
+}
+
+/// The first disagreement of `p` on `dev` with fusion `fuse`, shrunk and printed, or `None`.
+fn report(seed: u64, p: &Program, want: &Expected, dev: &Device, fuse: bool) -> Option<String> {
+    dev.set_fusion(fuse);
+    let why = check(p, want, dev)?;
+    let fails = |q: &Program| {
+        let w = expected(q);
+        dev.set_fusion(fuse);
+        check(q, &w, dev).is_some()
+    };
+    let small = shrink(p, &fails);
+    let w = expected(&small);
+    dev.set_fusion(fuse);
+    let small_why = check(&small, &w, dev).unwrap_or_default();
+    Some(format!(
+        "differential: seed {seed} fails on {} (fusion {}): {why}\nshrunk ({} steps): {small_why}\n{}",
+        dev.name(),
+        if fuse { "on" } else { "off" },
+        small.steps.len(),
+        to_rust(&small)
+    ))
+}
+
 /// Runs `count` programs from `first_seed` on the CPU backend and the first `gpu_count` of them on the wgpu
 /// backends too (compiling each new kernel is what costs there), fused and unfused; panics with the shrunk
-/// program of the first failure.
+/// program of the first failure, or with every failure's under `LAZOR_FUZZ_KEEP_GOING=1`.
 fn fuzz(first_seed: u64, count: usize, gpu_count: usize, max_steps: usize) {
     let devs = common::devices();
     let scratch = Device::cpu();
-    let dump = std::env::var("LAZOR_FUZZ_DUMP").ok();
-    let mut dumped = String::new();
+    let keep_going = std::env::var("LAZOR_FUZZ_KEEP_GOING").is_ok();
+    let mut dump = std::env::var("LAZOR_FUZZ_DUMP")
+        .ok()
+        .map(|path| std::fs::File::create(&path).unwrap_or_else(|e| panic!("creating {path}: {e}")));
     let started = std::time::Instant::now();
     let (mut steps, mut checked, mut unchecked) = (0, 0, 0);
+    let mut failures: Vec<String> = Vec::new();
     for seed in first_seed..first_seed + count as u64 {
         let p = gen::generate(seed, max_steps, &scratch);
         let want = expected(&p);
@@ -217,45 +253,36 @@ fn fuzz(first_seed: u64, count: usize, gpu_count: usize, max_steps: usize) {
         }
         let on_gpu = seed < first_seed + gpu_count as u64;
         for dev in devs.iter().filter(|d| d.is_cpu() || on_gpu) {
-            for fuse in [true, false] {
-                dev.set_fusion(fuse);
-                if let Some(why) = check(&p, &want, dev) {
-                    let fails = |q: &Program| {
-                        let w = expected(q);
-                        dev.set_fusion(fuse);
-                        check(q, &w, dev).is_some()
-                    };
-                    let small = shrink(&p, &fails);
-                    let w = expected(&small);
-                    dev.set_fusion(fuse);
-                    let small_why = check(&small, &w, dev).unwrap_or_default();
-                    panic!(
-                        "differential: seed {seed} fails on {} (fusion {}): {why}\nshrunk ({} steps): {small_why}\n{}",
-                        dev.name(),
-                        if fuse { "on" } else { "off" },
-                        small.steps.len(),
-                        to_rust(&small)
-                    );
+            for fuse in fusion_modes() {
+                if let Some(failure) = report(seed, &p, &want, dev, fuse) {
+                    assert!(keep_going, "{failure}");
+                    eprintln!("{failure}");
+                    failures.push(failure);
                 }
             }
             dev.set_fusion(true);
         }
-        if dump.is_some() {
+        if let Some(file) = dump.as_mut() {
+            use std::io::Write;
             let got = run(&p, &devs[devs.len() - 1]);
-            dumped.push_str(&json::program_line(seed, &p, &want.shapes, &want.dtypes, &got, &want.bounds));
-            dumped.push('\n');
+            let line = json::program_line(seed, &p, &want.shapes, &want.dtypes, &got, &want.bounds);
+            writeln!(file, "{line}").expect("writing the dump");
+        }
+        if (seed - first_seed + 1) % 500 == 0 {
+            eprintln!("differential: {} programs, {:.1?}", seed - first_seed + 1, started.elapsed());
         }
     }
-    if let Some(path) = dump {
-        std::fs::write(&path, dumped).unwrap_or_else(|e| panic!("writing {path}: {e}"));
-    }
     eprintln!(
-        "differential: {count} programs ({steps} steps) from seed {first_seed}, {} of them on {} backends, fused and \
-         unfused, in {:.1?}: {checked} output elements checked, {unchecked} not determined to within rounding",
+        "differential: {count} programs ({steps} steps) from seed {first_seed}, {} of them on {} backends, fusion \
+         {:?}, in {:.1?}: {checked} output elements checked, {unchecked} not determined to within rounding, {} \
+         failures",
         gpu_count.min(count),
         devs.len(),
-        started.elapsed()
+        fusion_modes(),
+        started.elapsed(),
+        failures.len()
     );
+    assert!(failures.is_empty(), "{} programs failed:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]

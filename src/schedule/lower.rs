@@ -275,6 +275,7 @@ impl<'a> Lowerer<'a> {
                     }
                     self.k.fused_ops += 1;
                     match self.cancels(*op, a, b, dt) {
+                        Some(x) if *op == BinaryOp::Div => self.ieee_one(x, dt),
                         Some(x) => self.ieee_zero(x, dt),
                         None => self.push(Instr::Binary(*op, a, b), dt),
                     }
@@ -301,15 +302,16 @@ impl<'a> Lowerer<'a> {
         Ok(v)
     }
 
-    /// For a float `a - a`, `a + (-a)` or `(-a) + a`: the `a`. Shader compilers fold these to 0 (lavapipe does;
-    /// they assume no NaN or infinity), where IEEE gives NaN for a NaN or infinite `a`.
+    /// For a float `a - a`, `a + (-a)`, `(-a) + a` or `a / a`: the `a`. Shader compilers fold these to 0 or 1
+    /// (lavapipe the first three, NVIDIA's the division; they assume no NaN or infinity), where IEEE gives NaN for
+    /// a NaN or infinite `a`, and for `0 / 0`.
     fn cancels(&self, op: BinaryOp, a: usize, b: usize, dt: DType) -> Option<usize> {
         if !dt.is_float() {
             return None;
         }
         let neg_of = |n: usize, x: usize| matches!(self.k.body[n], Instr::Unary(UnaryOp::Neg, y) if y == x);
         match op {
-            BinaryOp::Sub if a == b => Some(a),
+            BinaryOp::Sub | BinaryOp::Div if a == b => Some(a),
             BinaryOp::Add if neg_of(b, a) => Some(a),
             BinaryOp::Add if neg_of(a, b) => Some(b),
             _ => None,
@@ -322,6 +324,17 @@ impl<'a> Lowerer<'a> {
         let zero = self.constant(0, dt);
         let scaled = self.push(Instr::Binary(BinaryOp::Mul, a, zero), dt);
         self.push(Instr::Binary(BinaryOp::Add, scaled, zero), dt)
+    }
+
+    /// `a == 0 ? NaN : a * 0 + 1` with the constants read from the parameters: the IEEE value of `a / a`.
+    fn ieee_one(&mut self, a: usize, dt: DType) -> usize {
+        let zero = self.constant(0, dt);
+        let is_zero = self.push(Instr::Binary(BinaryOp::Eq, a, zero), DType::Bool);
+        let one = self.constant(1.0f32.to_bits(), dt);
+        let scaled = self.push(Instr::Binary(BinaryOp::Mul, a, zero), dt);
+        let finite = self.push(Instr::Binary(BinaryOp::Add, scaled, one), dt);
+        let nan = self.constant(f32::NAN.to_bits(), dt);
+        self.push(Instr::Select(is_zero, nan, finite), dt)
     }
 
     /// Value `v` rounded to its own type where that is f16 or bf16 (a cast to the same type rounds).
