@@ -164,3 +164,17 @@ fn max_all_of_an_empty_tensor_names_the_callers_shape() {
     let dev = Device::cpu();
     let _ = Tensor::zeros_on([3, 0], &dev).max_all();
 }
+
+#[test]
+fn an_operand_stored_after_its_consumers_were_costed() {
+    // Found by the differential tester (seed 22244): the matmul stored both the reshaped `x * v` and `v`, but the
+    // reshape's cost still listed `v`'s fold as what it reads, so it joined the fold's rows kernel and read `v`
+    // before the kernel that writes it ran.
+    each_device(|dev| {
+        let x = Tensor::from_vec_on(vec![0.0f32, 0.0, 0.0, 0.841192], [1, 4, 1], dev);
+        let w = Tensor::from_vec_on(vec![0.0f32, 0.0, 0.0, 0.841192], [1, 1, 4], dev);
+        let v = w.var(2).clamp(0.0, 2.0);
+        let y = (&x * &v).matmul(&v);
+        check(&y, 1e-6, 1e-7, "(x * v) @ v");
+    });
+}

@@ -116,38 +116,7 @@ pub(super) fn materialize(
         }
         let inputs = node.op.inputs();
         loop {
-            // Views and copies compute nothing; a concatenation costs a comparison per part.
-            let own_ops = match node.op {
-                Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) | Op::Reduce(..) | Op::Matmul(..) => 1,
-                Op::Cat(ref parts, _) => parts.len(),
-                _ => 0,
-            };
-            let mut this = Inlined { ops: own_ops, ..Default::default() };
-            for &i in &inputs {
-                // Read at the node's own index only when the input has the node's shape and is not viewed.
-                let own_index = match &node.op {
-                    Op::View(v, _) => v.is_contiguous(),
-                    Op::Cat(..) | Op::Reduce(..) | Op::Matmul(..) => false,
-                    _ => graph.node(i).shape == node.shape,
-                };
-                if fusion.is_buffer(graph, i) {
-                    add(&mut this.leaves, i);
-                    if !own_index {
-                        add(&mut this.strided, i);
-                    }
-                } else if let Some(inner) = fusion.inlined.get(&i) {
-                    this.ops += inner.ops;
-                    for &leaf in &inner.leaves {
-                        add(&mut this.leaves, leaf);
-                        if !own_index {
-                            add(&mut this.strided, leaf);
-                        }
-                    }
-                    for &leaf in &inner.strided {
-                        add(&mut this.strided, leaf);
-                    }
-                }
-            }
+            let this = inlined_cost(graph, &fusion, id);
             // A matmul runs its operands' expressions on every load of a tile: only cheap ones stay inlined.
             let heavy = match node.op {
                 // An empty operand (k = 0) is never read: the product is zeros, and nothing empty is stored.
@@ -194,7 +163,53 @@ pub(super) fn materialize(
             }
         }
     }
+    // A node stored above, after some of its consumers' costs were taken, is a leaf of theirs now: the costs are
+    // taken again over the final set, as grouping reads which buffers each node's expression loads.
+    for &id in order {
+        if graph.node(id).op.is_compute() {
+            let this = inlined_cost(graph, &fusion, id);
+            fusion.inlined.insert(id, this);
+        }
+    }
     fusion
+}
+
+/// What evaluating `id` inline costs, given the nodes stored so far and the costs of its inputs.
+fn inlined_cost(graph: &Graph, fusion: &Fusion, id: NodeId) -> Inlined {
+    let node = graph.node(id);
+    // Views and copies compute nothing; a concatenation costs a comparison per part.
+    let own_ops = match node.op {
+        Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) | Op::Reduce(..) | Op::Matmul(..) => 1,
+        Op::Cat(ref parts, _) => parts.len(),
+        _ => 0,
+    };
+    let mut this = Inlined { ops: own_ops, ..Default::default() };
+    for i in node.op.inputs() {
+        // Read at the node's own index only when the input has the node's shape and is not viewed.
+        let own_index = match &node.op {
+            Op::View(v, _) => v.is_contiguous(),
+            Op::Cat(..) | Op::Reduce(..) | Op::Matmul(..) => false,
+            _ => graph.node(i).shape == node.shape,
+        };
+        if fusion.is_buffer(graph, i) {
+            add(&mut this.leaves, i);
+            if !own_index {
+                add(&mut this.strided, i);
+            }
+        } else if let Some(inner) = fusion.inlined.get(&i) {
+            this.ops += inner.ops;
+            for &leaf in &inner.leaves {
+                add(&mut this.leaves, leaf);
+                if !own_index {
+                    add(&mut this.strided, leaf);
+                }
+            }
+            for &leaf in &inner.strided {
+                add(&mut this.strided, leaf);
+            }
+        }
+    }
+    this
 }
 
 /// The domain and axis a fold runs over, when a workgroup can own each of its rows: the folded elements are

@@ -193,7 +193,15 @@ fn reduce(op: Red, rx: &Tensor, bx: &Tensor, dim: Option<isize>, keep: bool, ro:
         Red::Prod => {
             let hi = (rx.abs() + &bx).prod_keepdim(d);
             let lo = rx.abs().prod_keepdim(d);
-            fit(keepfit(&hi - &lo + &hi * (n * e))) + ulp(ro, dt)
+            // Where a partial product may overflow or underflow, the order of the factors decides between 0,
+            // infinity and NaN (0 * inf): products of the factors' magnitudes clamped above and below 1 bound
+            // every partial product, in any order.
+            let a = rx.abs();
+            let big = a.maximum(&Tensor::ones_on([], a.device())).prod_keepdim(d);
+            let nonzero = a.eq(0.0f32).where_cond(1.0f32, &a);
+            let small = nonzero.minimum(&Tensor::ones_on([], a.device())).prod_keepdim(d);
+            let order = big.ge(f32::MAX / 2.0) | small.le(2f32.powi(-100));
+            fit(keepfit(unsure(&order, &(&hi - &lo + &hi * (n * e))))) + ulp(ro, dt)
         }
         Red::Var => {
             let m = rx.mean_keepdim(d);
