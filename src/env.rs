@@ -99,3 +99,9 @@ pub fn cache_dir() -> Option<PathBuf> {
     }
     non_empty("XDG_CACHE_HOME").or_else(|| non_empty("HOME").map(|h| h.join(".cache"))).map(|d| d.join("lazor"))
 }
+
+/// `LAZOR_VIZ`: a directory where every realize writes its graph as Graphviz DOT. Read once per process.
+pub fn viz_dir() -> Option<&'static PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| var("LAZOR_VIZ").map(PathBuf::from)).as_ref()
+}

@@ -255,9 +255,51 @@ impl Kernel {
         rows.div_ceil(TILE) * cols.div_ceil(TILE) * batch * crate::codegen::WORKGROUP_SIZE as usize
     }
 
+    /// The kernel's name in profiles, `LAZOR_DEBUG` lines and WGSL labels: what it computes, then its iteration
+    /// shape, e.g. `matmul+add+relu [4096x4096]` or `max+sub+exp+sum+div [4096x4096]` (a softmax).
+    pub fn name(&self) -> String {
+        let head = match self.kind {
+            Kind::Matmul(_) => Some("matmul"),
+            Kind::Reduce(r) => Some(r.op.name()),
+            Kind::Elementwise | Kind::Rows { .. } => None,
+        };
+        let mut ops: Vec<&'static str> = head.into_iter().collect();
+        let mut folds = self.phases.iter().filter_map(|p| match p {
+            Phase::Fold { op, body, .. } => Some((body.end, op.name())),
+            Phase::Map { .. } => None,
+        });
+        let mut next_fold = folds.next();
+        for (i, instr) in self.body.iter().enumerate() {
+            while let Some((_, name)) = next_fold.filter(|&(end, _)| end <= i) {
+                ops.push(name);
+                next_fold = folds.next();
+            }
+            ops.push(match instr {
+                Instr::Unary(op, _) => op.name(),
+                Instr::Binary(op, ..) => op.name(),
+                Instr::Cast(_) => "cast",
+                Instr::Select(..) => "where",
+                Instr::Cat { .. } => "cat",
+                _ => continue,
+            });
+        }
+        ops.extend(next_fold.map(|(_, name)| name));
+        ops.extend(folds.map(|(_, name)| name));
+        ops.dedup();
+        kernel_name(&ops, self.shape.dims())
+    }
+
     /// Storage buffers the kernel binds: parameters, outputs and inputs.
     #[cfg(test)]
     pub fn bindings(&self) -> usize {
         1 + self.outputs.len() + self.inputs.len()
     }
+}
+
+/// A kernel's name from the ops it computes, in order, and its iteration shape: `exp+add [4096x4096]`; a kernel
+/// that only moves values is `copy`.
+pub fn kernel_name(ops: &[&str], shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    let what = if ops.is_empty() { "copy".to_string() } else { ops.join("+") };
+    format!("{what} [{}]", dims.join("x"))
 }

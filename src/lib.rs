@@ -21,8 +21,10 @@
 mod backend;
 mod codegen;
 mod compare;
+pub mod debug;
 mod device;
 mod dim;
+mod display;
 mod dtype;
 mod element;
 mod env;

@@ -32,7 +32,25 @@ fn check_sizes(graph: &Graph, plan: &Plan, limit: u64) -> Result<()> {
     Ok(())
 }
 
+/// Writes one realize's graph to `dir` (`LAZOR_VIZ`); a failure to write is reported once, never an error.
+fn write_viz(dir: &std::path::Path, realize: u64, text: &str) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let path = dir.join(format!("realize-{realize:06}.dot"));
+    let written = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, text));
+    if let Err(e) = written {
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("lazor: LAZOR_VIZ: cannot write {}: {e}", path.display());
+        }
+    }
+}
+
 impl Device {
+    /// The scheduler's options for this device as it is set now.
+    pub(crate) fn schedule_options(&self) -> Options {
+        let backend = &*self.inner.backend;
+        Options { fuse: self.fusion(), max_bindings: backend.max_bindings(), max_ops: self.inner.max_ops }
+    }
+
     /// Gives buffers of freed nodes back to the backend.
     pub(crate) fn free(&self, stats: &mut Stats, freed: Vec<BufferKey>) {
         for key in freed {
@@ -47,9 +65,12 @@ impl Device {
         backend.check_health()?;
         let start = Instant::now();
         let debug = self.inner.debug;
-        let opts = Options { fuse: self.fusion(), max_bindings: backend.max_bindings(), max_ops: self.inner.max_ops };
+        let opts = self.schedule_options();
         let mut guard = self.state();
         let State { graph, stats, plans } = &mut *guard;
+        if let Some(dir) = crate::env::viz_dir() {
+            write_viz(dir, stats.realizes, &crate::debug::graph_dot(graph, outputs, &opts));
+        }
         let (plan, reused) = plans.plan(graph, outputs, &opts);
         stats.plans_reused += u64::from(reused);
         check_sizes(graph, &plan, backend.max_buffer_bytes())?;

@@ -104,6 +104,37 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     plan_ordered(graph, unique, &seen, &order, opts)
 }
 
+/// For pictures of the graph: the nodes each future kernel computes (its stored members and the expressions
+/// inlined into them), kernels in execution order, and the nodes that are buffers (leaves and stored results).
+/// The first grouping, before lowering's retries: a view lowering cannot express may later split a kernel.
+pub fn kernel_nodes(graph: &Graph, outputs: &[NodeId], opts: &Options) -> (Vec<NodeId>, Vec<Vec<NodeId>>) {
+    let (unique, seen) = dedup(outputs);
+    let order = toposort::toposort(graph, &unique);
+    let fusion = fuse::materialize(graph, &order, &seen, &FastSet::default(), opts);
+    let groups = fuse::group(graph, &order, &fusion, opts, &FastSet::default());
+    let kernels = groups
+        .iter()
+        .map(|g| {
+            let mut nodes: Vec<NodeId> = Vec::new();
+            let mut stack: Vec<NodeId> = g.members.clone();
+            while let Some(id) = stack.pop() {
+                if nodes.contains(&id) {
+                    continue;
+                }
+                nodes.push(id);
+                for i in graph.node(id).op.inputs() {
+                    if !fusion.is_buffer(graph, i) && graph.node(i).op.is_compute() {
+                        stack.push(i);
+                    }
+                }
+            }
+            nodes.sort_by_key(|id| order.iter().position(|o| o == id));
+            nodes
+        })
+        .collect();
+    (order, kernels)
+}
+
 /// `outputs` without repeats, in order, and as a set.
 fn dedup(outputs: &[NodeId]) -> (Vec<NodeId>, FastSet<NodeId>) {
     let mut unique = Vec::with_capacity(outputs.len());

@@ -46,7 +46,7 @@ impl WgpuBackend {
                     // Compiling can take long; what is held back runs meanwhile.
                     self.flush(st);
                     let wgsl = codegen::generate(kernel, &target);
-                    let name = format!("k{}x{}", kernel.fused_ops, kernel.outputs.len());
+                    let name = kernel.name();
                     // A matmul's indices are in range by construction: every load and store is guarded by the
                     // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
                     let trusted = matches!(kernel.kind, crate::kernel::Kind::Matmul(_)) && !gpu.checked;

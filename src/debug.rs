@@ -1,0 +1,116 @@
+//! Looking inside: the graph behind tensors as Graphviz DOT, its nodes grouped by the kernel they fuse into.
+
+use crate::graph::{Graph, NodeId, Op};
+use crate::hash::FastMap;
+use crate::kernel::kernel_name;
+use crate::schedule::{kernel_nodes, Options};
+use crate::tensor::Tensor;
+use std::fmt::Write;
+
+/// The graph behind `tensors` as Graphviz DOT: one box per node (its op, shape and type), one cluster per kernel
+/// the next realize of them would run (labelled with the kernel's name, as profiles name it), buffers (data,
+/// realized values, stored results) as ellipses. Runs nothing. Render with `dot -Tsvg`.
+///
+/// The grouping is the scheduler's first: where lowering finds a view it cannot express over its source, the
+/// realize stores that source and runs one kernel more than drawn.
+///
+/// # Panics
+/// If the tensors live on different devices.
+///
+/// # Examples
+/// ```no_run
+/// let x = lazor::Tensor::from_vec(vec![1.0, -2.0, 3.0], [3]);
+/// let y = (x.exp() + 1.0).relu().sum_all();
+/// let text = lazor::debug::dot(&[&y]);
+/// assert!(text.starts_with("digraph"));
+/// ```
+#[track_caller]
+pub fn dot(tensors: &[&Tensor]) -> String {
+    let Some(first) = tensors.first() else { return "digraph lazor {\n}\n".to_string() };
+    for t in tensors {
+        crate::ops::ok(first.device.check_same(&t.device, "dot"));
+    }
+    let ids: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
+    let opts = first.device.schedule_options();
+    let state = first.device.state();
+    graph_dot(&state.graph, &ids, &opts)
+}
+
+/// [`dot`] over a graph: what `LAZOR_VIZ` writes for each realize.
+pub(crate) fn graph_dot(graph: &Graph, outputs: &[NodeId], opts: &Options) -> String {
+    let (order, kernels) = kernel_nodes(graph, outputs, opts);
+    let name: FastMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
+    let mut out = String::from("digraph lazor {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n");
+    let mut placed = vec![false; order.len()];
+    for (k, nodes) in kernels.iter().enumerate() {
+        let ops: Vec<&str> = nodes.iter().filter_map(|&id| op_name(&graph.node(id).op)).collect();
+        let shape = kernel_shape(graph, nodes);
+        let _ = writeln!(out, "  subgraph cluster_{k} {{\n    label=\"kernel {k}: {}\";", kernel_name(&ops, &shape));
+        for id in nodes {
+            if !placed[name[id]] {
+                placed[name[id]] = true;
+                let _ = writeln!(out, "    {}", node_line(graph, *id, name[id]));
+            }
+        }
+        out.push_str("  }\n");
+    }
+    for (i, &id) in order.iter().enumerate() {
+        if !placed[i] {
+            let _ = writeln!(out, "  {}", node_line(graph, id, i));
+        }
+    }
+    for (i, &id) in order.iter().enumerate() {
+        for input in graph.node(id).op.inputs() {
+            if let Some(j) = name.get(&input) {
+                let _ = writeln!(out, "  n{j} -> n{i};");
+            }
+        }
+    }
+    for id in outputs {
+        let _ = writeln!(out, "  n{} [penwidth=2];", name[id]);
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// The iteration shape the kernel will have, as its name in profiles gives it: a fold's input, else the largest
+/// value computed.
+fn kernel_shape(graph: &Graph, nodes: &[NodeId]) -> Vec<usize> {
+    let fold = nodes.iter().find_map(|&id| match graph.node(id).op {
+        Op::Reduce(_, x, _) => Some(x),
+        _ => None,
+    });
+    let widest = || nodes.iter().copied().max_by_key(|&id| graph.node(id).shape.numel()).expect("a kernel node");
+    graph.node(fold.unwrap_or_else(widest)).shape.dims().to_vec()
+}
+
+/// The op's name as the user called it; `None` for what computes nothing (data, views, buffers).
+fn op_name(op: &Op) -> Option<&'static str> {
+    Some(match op {
+        Op::Unary(u, _) => u.name(),
+        Op::Binary(b, ..) => b.name(),
+        Op::Reduce(r, ..) => r.name(),
+        Op::Matmul(..) => "matmul",
+        Op::Cast(_) => "cast",
+        Op::Where(..) => "where",
+        Op::Cat(..) => "cat",
+        Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer | Op::View(..) | Op::Contiguous(_) => return None,
+    })
+}
+
+fn node_line(graph: &Graph, id: NodeId, i: usize) -> String {
+    let node = graph.node(id);
+    let (label, shape) = match &node.op {
+        Op::Data(_) => ("data".to_string(), "ellipse"),
+        Op::Buffer => ("buffer".to_string(), "ellipse"),
+        Op::Const(c) => {
+            (format!("const {}", f32::from_bits(crate::dtype::DType::F32.cast_lane(node.dtype, *c))), "plain")
+        }
+        Op::Arange => ("arange".to_string(), "plain"),
+        Op::View(..) => ("view".to_string(), "box"),
+        Op::Contiguous(_) => ("contiguous".to_string(), "box"),
+        Op::Reduce(r, _, axis) => (format!("{} (axis {axis})", r.name()), "box"),
+        op => (op_name(op).unwrap_or("?").to_string(), "box"),
+    };
+    format!("n{i} [label=\"{label}\\n{} {}\", shape={shape}];", node.shape, node.dtype)
+}
