@@ -243,8 +243,8 @@ fn casts_and_where_cond_route_gradients() {
     let mut rng = Rng::new(6);
     let x = random(&mut rng, &[3, 4], -1.0, 1.0);
     let y = random(&mut rng, &[4], -1.0, 1.0);
-    grad_check("where_cond", &[x.clone(), y.clone()], &|t| t[0].gt(0.0).where_cond(&t[0].exp(), &t[1]));
-    grad_check("where_cond scalar", std::slice::from_ref(&x), &|t| t[0].lt(0.2).where_cond(0.5, &t[0].square()));
+    grad_check("where_cond", &[x.clone(), y.clone()], &|t| t[0].gt(0.0).where_cond(t[0].exp(), &t[1]));
+    grad_check("where_cond scalar", std::slice::from_ref(&x), &|t| t[0].lt(0.2).where_cond(0.5, t[0].square()));
     // An f32 to f32 cast chain and a bool mask turned float: gradients pass casts between float types only.
     grad_check("cast", std::slice::from_ref(&x), &|t| t[0].to_dtype(DType::F32) * &t[0].gt(0.0).to_dtype(DType::F32));
 }
