@@ -88,12 +88,12 @@ impl Tensor {
             let flat = a.reshape([batch.numel() * m, k]);
             let b2 = b.reshape([k, n]);
             let p = Tensor::from_op(&self.device, Op::Matmul(flat.id, b2.id), Shape::from([batch.numel() * m, n]), dt);
-            record(p, &[&flat, &b2], |_| Rule::Matmul { a: flat.detach(), b: b2.detach() }).reshape(with([m, n]))
+            record(p, &[&flat, &b2], |_| Rule::Matmul { a: flat.saved(), b: b2.saved() }).reshape(with([m, n]))
         } else {
             let a = a.expand(with([m, k]));
             let b = b.expand(with([k, n]));
             let p = Tensor::from_op(&self.device, Op::Matmul(a.id, b.id), with([m, n]), dt);
-            record(p, &[&a, &b], |_| Rule::Matmul { a: a.detach(), b: b.detach() })
+            record(p, &[&a, &b], |_| Rule::Matmul { a: a.saved(), b: b.saved() })
         };
         let mut out = product;
         if rhs.ndim() == 1 {

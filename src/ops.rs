@@ -59,7 +59,7 @@ impl Tensor {
         let out = if op.is_compare() { DType::Bool } else { dt };
         let (a, b) = (self.cast_to(dt), rhs.cast_to(dt));
         let out = Tensor::from_op(&self.device, Op::Binary(op, a.id, b.id), shape, out);
-        Ok(record(out, &[&a, &b], |y| Rule::Binary { op, a: a.detach(), b: b.detach(), y }))
+        Ok(record(out, &[&a, &b], |y| Rule::Binary { op, a: a.saved(), b: b.saved(), y }))
     }
 
     #[track_caller]
@@ -79,7 +79,7 @@ impl Tensor {
         };
         let x = self.cast_to(dt);
         let out = Tensor::from_op(&self.device, Op::Unary(op, x.id), self.shape.clone(), dt);
-        Ok(record(out, &[&x], |y| Rule::Unary { op, x: x.detach(), y }))
+        Ok(record(out, &[&x], |y| Rule::Unary { op, x: x.saved(), y }))
     }
 
     #[track_caller]
@@ -336,6 +336,6 @@ impl Tensor {
         // Built untracked and recorded as one op: a tie on a bound passes the whole gradient, as PyTorch's clamp.
         let x = self.detach();
         let out = x.binary(BinaryOp::Max, &x.constant(min)).binary(BinaryOp::Min, &x.constant(max));
-        record(out, &[self], |_| Rule::Clamp { x, min, max })
+        record(out, &[self], |_| Rule::Clamp { x: self.saved(), min, max })
     }
 }

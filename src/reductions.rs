@@ -49,7 +49,7 @@ impl Tensor {
         let mut dims = x.shape.dims().to_vec();
         dims[d] = 1;
         let r = Tensor::from_op(&x.device, Op::Reduce(op, x.id, d), Shape::from(dims), x.dtype);
-        let r = record(r, &[&x], |y| Rule::Reduce { op, axis: d, x: x.detach(), y });
+        let r = record(r, &[&x], |y| Rule::Reduce { op, axis: d, x: x.saved(), y });
         Ok(if keep { r } else { r.squeeze(d) })
     }
 
@@ -366,7 +366,7 @@ impl Tensor {
     pub fn try_logsumexp(&self, dim: impl Dim) -> Result<Tensor> {
         let (d, n) = self.reduce_axis("logsumexp", dim)?;
         let (x, out) = self.detach().float_math();
-        let record = |y: Tensor| record(y, &[self], |y| Rule::LogSumExp { axis: d, x: self.detach(), y });
+        let record = |y: Tensor| record(y, &[self], |y| Rule::LogSumExp { axis: d, x: self.saved(), y });
         if n == 0 {
             return Ok(record(x.try_fold(ReduceOp::Sum, d, false)?.ln().cast_to(out)));
         }

@@ -430,6 +430,11 @@ fn set_replaces_the_value_for_every_clone_and_keeps_lazy_results() {
         assert_eq!(g.to_vec(), vec![2.0, -4.0], "a gradient built before set reads the old value");
         assert_eq!(doubled.to_vec(), vec![2.0, -4.0]);
         assert!(same.tensor().tracks_grad());
+        // A backward pass over ops recorded before a set reads the values they saw.
+        let recorded = (w.tensor() * &w.tensor()).sum_all();
+        w.set(Tensor::from_slice_on(&[7.0f32, 7.0], [2], &dev));
+        assert_eq!(grad_of(&recorded.backward(), &w), vec![1.0, -2.0]);
+        assert_eq!(recorded.to_scalar(), 1.25);
         // A value something else still holds is copied; the Var stays independent of it.
         let held = Tensor::from_slice_on(&[5.0f32, 6.0], [2], &dev);
         same.set(held.clone());
@@ -484,10 +489,13 @@ fn step(mlp: &Mlp, x: &Tensor, onehot: &Tensor, lr: f32) -> (f32, lazor::Stats) 
     let loss = mlp.loss(x, onehot);
     let grads = loss.backward();
     let gs: Vec<Tensor> = mlp.params.iter().map(|p| grads[p].clone()).collect();
+    // Work held back from the last step (the updates) is submitted first, so the count is this realize's alone.
+    dev.synchronize().unwrap();
     let before = dev.stats();
     let mut all = vec![&loss];
     all.extend(&gs);
     lazor::realize(&all).unwrap();
+    dev.synchronize().unwrap();
     let after = dev.stats();
     let delta = lazor::Stats {
         submits: after.submits - before.submits,

@@ -47,6 +47,19 @@ impl Tensor {
         t
     }
 
+    /// An untracked handle for the tape to keep. A `Var`'s own value is kept through a view node of its own: a
+    /// later `Var::set` moves every node that reads the old value onto a node holding it, so a backward pass over
+    /// ops recorded before the `set` still reads the values they saw.
+    pub(crate) fn saved(&self) -> Tensor {
+        match &self.tape {
+            Some(node) if matches!(node.rule, Rule::Leaf(_)) => {
+                let view = crate::graph::Op::View(crate::view::View::contiguous(&self.shape), self.id);
+                Tensor::from_op(&self.device, view, self.shape.clone(), self.dtype)
+            }
+            _ => self.detach(),
+        }
+    }
+
     /// The gradients of this one-element tensor (any shape of one element) with respect to every [`Var`] it
     /// depends on, as lazy tensors: nothing runs until they are realized.
     ///
