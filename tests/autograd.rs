@@ -418,6 +418,23 @@ fn try_twins_return_errors() {
 }
 
 #[test]
+fn a_var_takes_over_its_only_handle_and_copies_a_shared_one() {
+    for dev in devices() {
+        let before = dev.stats();
+        let w = Var::new(Tensor::from_slice_on(&[1.0f32, 2.0], [2], &dev));
+        assert!(w.is_realized(), "host data is uploaded at once");
+        assert_eq!(dev.stats().dispatches, before.dispatches, "without a copy");
+        let shared = Tensor::from_slice_on(&[3.0f32, 4.0], [2], &dev);
+        let v = Var::new(shared.clone());
+        assert!(v.is_realized(), "a shared value is copied into the Var's own node at once");
+        v.set(v.tensor() * 2.0);
+        assert_eq!((shared.to_vec(), v.to_vec(), w.to_vec()), (vec![3.0, 4.0], vec![6.0, 8.0], vec![1.0, 2.0]));
+        let lazy = Var::new(Tensor::ones_on([3], &dev) * 5.0);
+        assert_eq!(lazy.to_vec(), vec![5.0; 3]);
+    }
+}
+
+#[test]
 fn set_replaces_the_value_for_every_clone_and_keeps_lazy_results() {
     for dev in devices() {
         let w = Var::new(Tensor::from_slice_on(&[1.0f32, -2.0], [2], &dev));

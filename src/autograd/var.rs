@@ -34,24 +34,28 @@ pub(crate) struct VarInner {
 }
 
 impl Var {
-    /// A `Var` holding `t`'s value, which it copies into a node of its own unless `t` is the only handle on
-    /// host data, a constant or a realized buffer (then it takes that node over).
+    /// A `Var` holding `t`'s value in a device buffer, realized now: the node of `t` itself when `t` is the only
+    /// handle on host data or a buffer, else a copy in a node of the `Var`'s own.
     ///
     /// # Panics
-    /// If computing a lazy `t` fails on the device (out of memory, a lost device).
+    /// If computing or uploading `t` fails on the device (out of memory, a lost device).
     #[track_caller]
     pub fn new(t: Tensor) -> Var {
-        let mut t = t.detach();
+        // Untracked, without a second handle: the node is taken over only when this is the one handle on it.
+        let mut t = t;
+        t.tape = None;
         let owned = {
             let state = t.device.state();
             let node = state.graph.node(t.id);
-            state.graph.refs(t.id) == 1 && matches!(node.op, Op::Data(_) | Op::Const(_) | Op::Buffer)
+            state.graph.refs(t.id) == 1 && matches!(node.op, Op::Data(_) | Op::Buffer)
         };
         if !owned {
-            // A node of its own, computed now: a lazy expression would otherwise be recomputed by every realize.
             t = Tensor::from_op(&t.device, Op::Contiguous(t.id), t.shape.clone(), t.dtype);
-            crate::ops::ok(t.realize());
         }
+        // In a buffer from the start: a lazy value would be recomputed by every realize, and a step's plan is keyed
+        // on whether its leaves hold buffers, so host data left for the first step to upload would make the second
+        // step's plan differ from the first's.
+        crate::ops::ok(t.realize());
         let inner = Arc::new_cyclic(|me| {
             t.tape = Some(Arc::new(Node { rule: Rule::Leaf(me.clone()), inputs: Default::default() }));
             VarInner { value: t }
