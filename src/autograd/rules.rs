@@ -76,7 +76,7 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         Rule::Leaf(_) => smallvec![],
         Rule::Unary { op, x, y } => smallvec![Some(unary(*op, g, x, y))],
         Rule::Binary { op, a, b, y } => {
-            let (ga, gb) = binary(*op, g, a, b, y, need(0), need(1));
+            let (ga, gb) = binary(*op, g, [a, b, y], need(0), need(1));
             smallvec![ga.map(|t| sum_to(t, &a.shape)), gb.map(|t| sum_to(t, &b.shape))]
         }
         Rule::Cast { from } => smallvec![from.is_float().then(|| g.to_dtype(*from))],
@@ -174,38 +174,33 @@ fn unary(op: UnaryOp, g: &Tensor, x: &Tensor, y: &Tensor) -> Tensor {
     }
 }
 
-#[allow(clippy::type_complexity)]
+/// The gradients of `a` and `b` where asked for (`need_a`, `need_b`), at the output's shape.
 fn binary(
     op: BinaryOp,
     g: &Tensor,
-    a: &Tensor,
-    b: &Tensor,
-    y: &Tensor,
+    [a, b, y]: [&Tensor; 3],
     need_a: bool,
     need_b: bool,
 ) -> (Option<Tensor>, Option<Tensor>) {
     use BinaryOp::*;
-    let (ga, gb): (Box<dyn FnOnce() -> Tensor>, Box<dyn FnOnce() -> Tensor>) = match op {
-        Add => (Box::new(|| g.clone()), Box::new(|| g.clone())),
-        Sub => (Box::new(|| g.clone()), Box::new(|| -g)),
-        Mul => (Box::new(|| g * b), Box::new(|| g * a)),
-        Div => (Box::new(|| g / b), Box::new(|| -(g * y) / b)),
-        // A tie splits the gradient half and half, as PyTorch's maximum and minimum.
-        Max | Min => {
-            let share = |first: &Tensor, second: &Tensor| {
-                let wins = if op == Max { first.gt(second) } else { first.lt(second) };
-                wins.where_cond(g, first.eq(second).where_cond(g * 0.5, 0.0))
-            };
-            (Box::new(move || share(a, b)), Box::new(move || share(b, a)))
-        }
+    // A tie splits the gradient half and half, as PyTorch's maximum and minimum.
+    let share = |first: &Tensor, second: &Tensor| {
+        let wins = if op == Max { first.gt(second) } else { first.lt(second) };
+        wins.where_cond(g, first.eq(second).where_cond(g * 0.5, 0.0))
+    };
+    match op {
+        Add => (need_a.then(|| g.clone()), need_b.then(|| g.clone())),
+        Sub => (need_a.then(|| g.clone()), need_b.then(|| -g)),
+        Mul => (need_a.then(|| g * b), need_b.then(|| g * a)),
+        Div => (need_a.then(|| g / b), need_b.then(|| -(g * y) / b)),
+        Max | Min => (need_a.then(|| share(a, b)), need_b.then(|| share(b, a))),
         // d/da = b a^(b-1) (0 where b = 0, as PyTorch), d/db = a^b ln a (0 where a = 0 and b >= 0).
         Pow => (
-            Box::new(|| b.eq(0.0).where_cond(0.0, g * b * &a.binary(Pow, &(b - 1.0)))),
-            Box::new(|| (a.eq(0.0) & b.ge(0.0)).where_cond(0.0, g * y * &a.ln())),
+            need_a.then(|| b.eq(0.0).where_cond(0.0, g * b * &a.binary(Pow, &(b - 1.0)))),
+            need_b.then(|| (a.eq(0.0) & b.ge(0.0)).where_cond(0.0, g * y * &a.ln())),
         ),
         Rem | And | Or | Xor | Lt | Le | Gt | Ge | Eq | Ne => unreachable!("{} is not differentiable", op.name()),
-    };
-    (need_a.then(ga), need_b.then(gb))
+    }
 }
 
 fn reduce(op: ReduceOp, axis: usize, g: &Tensor, x: &Tensor, y: &Tensor) -> Tensor {
