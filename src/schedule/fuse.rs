@@ -297,6 +297,11 @@ fn joins_rows(
         return None;
     }
     let node = graph.node(id);
+    // A product starts its own kernel, even of the rows' shape and reading a fold of them (a gradient through
+    // `x.max_keepdim(1)` and a matmul): a rows kernel has no phase for it, and lowering found no value there.
+    if matches!(node.op, Op::Matmul(..)) {
+        return Some(false);
+    }
     let same_rows = match node.op {
         Op::Reduce(..) => row_fold(graph, id) == Some((domain, axis)),
         _ => squeezed(&node.shape) == squeezed(domain),
