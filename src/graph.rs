@@ -298,6 +298,40 @@ mod tests {
     }
 
     #[test]
+    fn assign_moves_readers_of_the_old_value_and_takes_the_new_buffer() {
+        let mut g = Graph::default();
+        let v = leaf(&mut g, 2);
+        let x = leaf(&mut g, 2);
+        let reader = g.add(Op::Unary(UnaryOp::Exp, v), Shape::from([2]), DType::F32);
+        let fold = g.add(Op::Reduce(ReduceOp::Sum, v, 0), Shape::from([1]), DType::F32);
+        let mut keys: SlotMap<BufferKey, ()> = SlotMap::with_key();
+        let (old, new) = (keys.insert(()), keys.insert(()));
+        g.set_realized(v, Some(old), &mut Vec::new());
+        g.set_realized(x, Some(new), &mut Vec::new());
+        let mut freed = Vec::new();
+        assert!(!g.assign(v, x, &mut freed), "x has one handle: its buffer moves, no copy");
+        assert!(freed.is_empty(), "the readers still need the old buffer");
+        assert_eq!(g.node(v).buffer, Some(new));
+        let Op::Unary(_, moved) = g.node(reader).op else { panic!() };
+        assert!(moved != v && g.node(moved).buffer == Some(old));
+        assert_eq!(g.refs(v), 1, "only the handle");
+        // The fold of the old value is found under its new input, not under `v`.
+        let again = g.add(Op::Reduce(ReduceOp::Sum, moved, 0), Shape::from([1]), DType::F32);
+        assert_eq!(again, fold);
+        let fresh = g.add(Op::Reduce(ReduceOp::Sum, v, 0), Shape::from([1]), DType::F32);
+        assert_ne!(fresh, fold);
+        // Shared: `v` becomes a copy to realize; with no reader left, the old buffer is freed.
+        let y = leaf(&mut g, 2);
+        g.retain(y);
+        for id in [reader, fold, again, fresh] {
+            g.release(id, &mut Vec::new());
+        }
+        assert!(g.assign(v, y, &mut freed));
+        assert_eq!(freed, vec![new]);
+        assert!(matches!(g.node(v).op, Op::Contiguous(src) if src == y));
+    }
+
+    #[test]
     fn realizing_drops_inputs() {
         let mut g = Graph::default();
         let a = leaf(&mut g, 2);
