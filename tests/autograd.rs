@@ -292,6 +292,9 @@ fn edges_follow_pytorch() {
         assert_eq!(grad_of(&g, &m), vec![1.0 / 3.0, 0.0, 1.0 / 3.0, 1.0 / 3.0], "tied maxima share, as amax");
         let g = (m.min(0) * 2.0).backward();
         assert_eq!(grad_of(&g, &m), vec![0.0, 2.0, 0.0, 0.0]);
+        let p = v(&[2.0, 0.0, 3.0, 0.0, 0.0, 5.0]);
+        let g = p.reshape([2, 3]).prod(1).sum_all().backward();
+        assert_eq!(grad_of(&g, &p), vec![0.0, 6.0, 0.0, 0.0, 0.0, 0.0], "prod: the product of the others");
         // Comparisons, argmax and integer results are untracked.
         assert!(!x.gt(0.0).tracks_grad());
         assert!(!x.argmax(0).tracks_grad());

@@ -206,7 +206,15 @@ fn binary(
 fn reduce(op: ReduceOp, axis: usize, g: &Tensor, x: &Tensor, y: &Tensor) -> Tensor {
     match op {
         ReduceOp::Sum => g.expand(x.shape.clone()),
-        ReduceOp::Prod => g * y / x,
+        // The product of the others: `y / x` while the row has no zero; with one zero, only that element gets
+        // the product of the rest; with two or more, every product of the others is 0 (PyTorch's values).
+        ReduceOp::Prod => {
+            let zero = x.eq(0.0);
+            let zeros = zero.to_dtype(x.dtype).sum_keepdim(axis);
+            let others = zero.where_cond(1.0, x).prod_keepdim(axis);
+            let lone = (zeros.eq(1.0) & zero).where_cond(others, 0.0);
+            g * &zeros.eq(0.0).where_cond(y / x, lone)
+        }
         // Split evenly among tied extremes, as `torch.amax`.
         ReduceOp::Max | ReduceOp::Min => {
             let hit = ones_where(&x.eq(y), g);
