@@ -11,8 +11,9 @@ use std::sync::Arc;
 /// (the same parameter). It derefs to its current value, tracked, so `x.matmul(&w)` and `w.shape()` work.
 ///
 /// The value lives in one graph node that the `Var` owns: [`Var::set`] replaces what that node holds, so every
-/// clone of the `Var`, and every handle from [`Var::tensor`], sees the new value. Lazy values computed from the old
-/// one before `set` (a gradient not yet realized, an update `w - lr * g`) keep reading the old value.
+/// clone of the `Var`, and every handle from [`Var::tensor`], sees the new value. What was computed from the old
+/// value before `set` keeps it: a lazy gradient or update not yet realized, and a backward pass over ops recorded
+/// before the `set`.
 ///
 /// # Examples
 /// ```no_run
