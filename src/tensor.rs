@@ -287,4 +287,6 @@ fn _assert_send_sync() {
     check::<Tensor>();
     check::<Device>();
     check::<Error>();
+    check::<crate::Var>();
+    check::<crate::Grads>();
 }
