@@ -481,6 +481,33 @@ fn set_replaces_the_value_for_every_clone_and_keeps_lazy_results() {
     }
 }
 
+#[test]
+fn the_backward_of_softmax_is_one_kernel_and_elementwise_values_are_recomputed() {
+    let mut rng = Rng::new(14);
+    for dev in devices() {
+        let x = Var::new(Tensor::from_vec_on(rng.vec(8 * 64, -2.0, 2.0), [8, 64], &dev));
+        let g = Tensor::from_vec_on(rng.vec(8 * 64, -1.0, 1.0), [8, 64], &dev);
+        g.realize().unwrap();
+        for (name, y) in [("softmax", x.softmax(-1)), ("log_softmax", x.log_softmax(-1))] {
+            y.realize().unwrap();
+            let grads = y.backward_with(&g);
+            let before = dev.stats().dispatches;
+            grads.realize().unwrap();
+            assert_eq!(dev.stats().dispatches - before, 1, "{}: {name}'s backward is one rows kernel", dev.name());
+        }
+        // A chain of elementwise ops: the forward fold and one backward kernel that recomputes exp(x) and its
+        // cosine from x rather than reading stored intermediates.
+        let loss = x.exp().sin().sum_all();
+        let grads = loss.backward();
+        let before = dev.stats().dispatches;
+        lazor::realize(&[&loss, &grads[&x]]).unwrap();
+        assert_eq!(dev.stats().dispatches - before, 2, "{}", dev.name());
+        let xs = x.to_vec();
+        let want: Vec<f32> = xs.iter().map(|v| v.exp().cos() * v.exp()).collect();
+        common::assert_close(&grads[&x].to_vec(), &want, 1e-4, 1e-5, "d/dx sin(exp(x))");
+    }
+}
+
 /// A 3-layer MLP's parameters.
 struct Mlp {
     params: Vec<Var>,
