@@ -653,7 +653,7 @@ fn random_graph(code: &[u8], t: &[Tensor]) -> Tensor {
     for (k, &c) in code.iter().enumerate() {
         let a = &pool[(c as usize / 23 + k) % pool.len()];
         let b = &pool[(c as usize / 7) % pool.len()];
-        let next = match c % 30 {
+        let next = match c % 34 {
             0 => a.tanh(),
             1 => a.sigmoid(),
             2 => a.sin() + b,
@@ -684,6 +684,10 @@ fn random_graph(code: &[u8], t: &[Tensor]) -> Tensor {
             26 => a.minimum(&b.t().reshape([2, 3])),
             27 => a.clamp(-0.3, 0.4) + b,
             28 => a.max_keepdim(1) * b + a.min_keepdim(0),
+            29 => a.gt(b).where_cond(a, b * 2.0),
+            30 => (a.square() + 0.5).sqrt() + (b.square() + 1.0).ln(),
+            31 => (a.square() + 0.5).rsqrt() * (b.abs() + 1.0).recip(),
+            32 => (a.abs() + 0.5).powf(1.5) - b,
             _ => a.prod_keepdim(0).expand([2, 3]) + b.max_all(),
         };
         pool.push(next);
