@@ -147,6 +147,11 @@ impl Tensor {
         let shape =
             shape.broadcast(&f.shape).ok_or_else(|| Error::Broadcast { op, lhs: shape, rhs: f.shape.clone() })?;
         let (t, f) = (t.cast_to(dt), f.cast_to(dt));
-        Ok(Tensor::from_op(&self.device, Op::Where(self.id, t.id, f.id), shape, dt))
+        let out = Tensor::from_op(&self.device, Op::Where(self.id, t.id, f.id), shape, dt);
+        Ok(crate::autograd::record(out, &[self, &t, &f], |_| crate::autograd::Rule::Where {
+            mask: self.detach(),
+            t: t.shape.clone(),
+            f: f.shape.clone(),
+        }))
     }
 }

@@ -64,6 +64,24 @@ impl Op {
         }
     }
 
+    /// Calls `f` on each node this op reads, in place (a `Var`'s old value moved to a node of its own).
+    pub fn for_each_input_mut(&mut self, mut f: impl FnMut(&mut NodeId)) {
+        match self {
+            Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer => {}
+            Op::Unary(_, a) | Op::Cast(a) | Op::View(_, a) | Op::Contiguous(a) | Op::Reduce(_, a, _) => f(a),
+            Op::Where(c, a, b) => {
+                f(c);
+                f(a);
+                f(b);
+            }
+            Op::Binary(_, a, b) | Op::Matmul(a, b) => {
+                f(a);
+                f(b);
+            }
+            Op::Cat(parts, _) => parts.iter_mut().for_each(f),
+        }
+    }
+
     /// Appends what the op is, apart from which nodes it reads, as words: its variant and every operand that is not
     /// a node (the op of a `Unary`, a view's extents, strides and offset, an axis), except a constant's value. Two
     /// ops with equal words and equal inputs are scheduled alike: the plan cache keys on it, and writes constants'
@@ -166,6 +184,57 @@ impl Graph {
         self.nodes.is_empty()
     }
 
+    /// How many handles and consumer nodes refer to `id`.
+    pub fn refs(&self, id: NodeId) -> u32 {
+        self.nodes[id].refs
+    }
+
+    /// Gives node `v` (a `Var`'s, a leaf or a copy) the value of `x`, realized, in place: handles on `v` see the
+    /// new value, while nodes that read `v` are moved onto a new node keeping the old value, so lazy results
+    /// computed before stay what they were. `v` takes `x`'s buffer when nothing else holds `x`; otherwise `v`
+    /// becomes a lazy copy of `x` and this returns `true` (the caller realizes it). The old buffer is pushed on
+    /// `freed` when nothing reads it any more.
+    pub fn assign(&mut self, v: NodeId, x: NodeId, freed: &mut Vec<BufferKey>) -> bool {
+        let readers: Vec<NodeId> =
+            self.nodes.iter().filter(|(_, n)| n.op.inputs().contains(&v)).map(|(id, _)| id).collect();
+        let old_op = std::mem::replace(&mut self.nodes[v].op, Op::Buffer);
+        let old_buffer = self.nodes[v].buffer.take();
+        if readers.is_empty() {
+            freed.extend(old_buffer);
+            for input in old_op.inputs() {
+                self.release(input, freed);
+            }
+        } else {
+            let (shape, dtype) = (self.nodes[v].shape.clone(), self.nodes[v].dtype);
+            let old = self.nodes.insert(Node { op: old_op, shape, dtype, refs: 0, buffer: old_buffer });
+            for r in readers {
+                if let Some(&key) = self.fold_keys.get(&r) {
+                    self.folds.remove(&key);
+                    let moved = (key.0, old, key.2);
+                    self.folds.insert(moved, r);
+                    self.fold_keys.insert(r, moved);
+                }
+                let mut moved = 0;
+                self.nodes[r].op.for_each_input_mut(|i| {
+                    if *i == v {
+                        *i = old;
+                        moved += 1;
+                    }
+                });
+                self.nodes[old].refs += moved;
+                self.nodes[v].refs -= moved;
+            }
+        }
+        let stolen = self.nodes[x].refs == 1 && matches!(self.nodes[x].op, Op::Buffer);
+        if stolen {
+            self.nodes[v].buffer = self.nodes[x].buffer.take();
+        } else {
+            self.nodes[x].refs += 1;
+            self.nodes[v].op = Op::Contiguous(x);
+        }
+        !stolen
+    }
+
     /// Takes one more reference on `id` (a cloned handle).
     pub fn retain(&mut self, id: NodeId) {
         self.nodes[id].refs += 1;
@@ -226,6 +295,40 @@ mod tests {
         assert_eq!(g.len(), 1, "only the input with a live handle remains");
         g.release(a, &mut Vec::new());
         assert!(g.is_empty());
+    }
+
+    #[test]
+    fn assign_moves_readers_of_the_old_value_and_takes_the_new_buffer() {
+        let mut g = Graph::default();
+        let v = leaf(&mut g, 2);
+        let x = leaf(&mut g, 2);
+        let reader = g.add(Op::Unary(UnaryOp::Exp, v), Shape::from([2]), DType::F32);
+        let fold = g.add(Op::Reduce(ReduceOp::Sum, v, 0), Shape::from([1]), DType::F32);
+        let mut keys: SlotMap<BufferKey, ()> = SlotMap::with_key();
+        let (old, new) = (keys.insert(()), keys.insert(()));
+        g.set_realized(v, Some(old), &mut Vec::new());
+        g.set_realized(x, Some(new), &mut Vec::new());
+        let mut freed = Vec::new();
+        assert!(!g.assign(v, x, &mut freed), "x has one handle: its buffer moves, no copy");
+        assert!(freed.is_empty(), "the readers still need the old buffer");
+        assert_eq!(g.node(v).buffer, Some(new));
+        let Op::Unary(_, moved) = g.node(reader).op else { panic!() };
+        assert!(moved != v && g.node(moved).buffer == Some(old));
+        assert_eq!(g.refs(v), 1, "only the handle");
+        // The fold of the old value is found under its new input, not under `v`.
+        let again = g.add(Op::Reduce(ReduceOp::Sum, moved, 0), Shape::from([1]), DType::F32);
+        assert_eq!(again, fold);
+        let fresh = g.add(Op::Reduce(ReduceOp::Sum, v, 0), Shape::from([1]), DType::F32);
+        assert_ne!(fresh, fold);
+        // Shared: `v` becomes a copy to realize; with no reader left, the old buffer is freed.
+        let y = leaf(&mut g, 2);
+        g.retain(y);
+        for id in [reader, fold, again, fresh] {
+            g.release(id, &mut Vec::new());
+        }
+        assert!(g.assign(v, y, &mut freed));
+        assert_eq!(freed, vec![new]);
+        assert!(matches!(g.node(v).op, Op::Contiguous(src) if src == y));
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! to WGSL, then run), driven by one orchestrator, `realize`. `reference` is the CPU oracle.
 #![warn(missing_docs)]
 
+mod autograd;
 mod backend;
 mod codegen;
 mod compare;
@@ -48,6 +49,7 @@ mod tensor;
 mod view;
 mod views;
 
+pub use autograd::{no_grad, Grads, Var};
 pub use compare::Operand;
 pub use device::Device;
 pub use dim::Dim;

@@ -1,6 +1,7 @@
 //! The matrix product API: `matmul` with PyTorch's `torch.matmul` rules (vectors, matrices, broadcast batches).
 //! Operands are read through their views; the product is one graph node over equal batch axes.
 
+use crate::autograd::{record, Rule};
 use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::shape::Shape;
@@ -86,12 +87,13 @@ impl Tensor {
         let product = if batch_b.numel() == 1 && batch.ndim() > 0 && a.is_contiguous() && batch_a == batch {
             let flat = a.reshape([batch.numel() * m, k]);
             let b2 = b.reshape([k, n]);
-            Tensor::from_op(&self.device, Op::Matmul(flat.id, b2.id), Shape::from([batch.numel() * m, n]), dt)
-                .reshape(with([m, n]))
+            let p = Tensor::from_op(&self.device, Op::Matmul(flat.id, b2.id), Shape::from([batch.numel() * m, n]), dt);
+            record(p, &[&flat, &b2], |_| Rule::Matmul { a: flat.saved(), b: b2.saved() }).reshape(with([m, n]))
         } else {
             let a = a.expand(with([m, k]));
             let b = b.expand(with([k, n]));
-            Tensor::from_op(&self.device, Op::Matmul(a.id, b.id), with([m, n]), dt)
+            let p = Tensor::from_op(&self.device, Op::Matmul(a.id, b.id), with([m, n]), dt);
+            record(p, &[&a, &b], |_| Rule::Matmul { a: a.saved(), b: b.saved() })
         };
         let mut out = product;
         if rhs.ndim() == 1 {

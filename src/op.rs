@@ -489,6 +489,9 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
+    /// Every fold, for tests that sweep the op set.
+    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min];
+
     /// The method name users call.
     pub fn name(self) -> &'static str {
         match self {

@@ -1,6 +1,7 @@
 //! The user-facing math: operator overloads (one macro for all of them), the elementwise methods, and the rules
 //! that pick the type each op computes in.
 
+use crate::autograd::{record, Rule};
 use crate::dtype::{Class, DType, Scalar};
 use crate::error::{Error, Result};
 use crate::graph::Op;
@@ -32,7 +33,8 @@ impl Tensor {
         if self.dtype == dt {
             return self.clone();
         }
-        Tensor::from_op(&self.device, Op::Cast(self.id), self.shape.clone(), dt)
+        let out = Tensor::from_op(&self.device, Op::Cast(self.id), self.shape.clone(), dt);
+        record(out, &[self], |_| Rule::Cast { from: self.dtype })
     }
 
     /// `op(self, rhs)` with broadcasting and type promotion; the shape and type rules live here and nowhere else.
@@ -56,7 +58,8 @@ impl Tensor {
         }
         let out = if op.is_compare() { DType::Bool } else { dt };
         let (a, b) = (self.cast_to(dt), rhs.cast_to(dt));
-        Ok(Tensor::from_op(&self.device, Op::Binary(op, a.id, b.id), shape, out))
+        let out = Tensor::from_op(&self.device, Op::Binary(op, a.id, b.id), shape, out);
+        Ok(record(out, &[&a, &b], |y| Rule::Binary { op, a: a.saved(), b: b.saved(), y }))
     }
 
     #[track_caller]
@@ -75,7 +78,8 @@ impl Tensor {
             return Err(Error::DType { op: op.name(), message: format!("not defined on {} tensors", self.dtype) });
         };
         let x = self.cast_to(dt);
-        Ok(Tensor::from_op(&self.device, Op::Unary(op, x.id), self.shape.clone(), dt))
+        let out = Tensor::from_op(&self.device, Op::Unary(op, x.id), self.shape.clone(), dt);
+        Ok(record(out, &[&x], |y| Rule::Unary { op, x: x.saved(), y }))
     }
 
     #[track_caller]
@@ -329,6 +333,9 @@ impl Tensor {
     #[track_caller]
     pub fn clamp(&self, min: f32, max: f32) -> Tensor {
         assert!(min <= max, "lazor: clamp: min ({min}) must be <= max ({max}) and neither NaN");
-        self.binary(BinaryOp::Max, &self.constant(min)).binary(BinaryOp::Min, &self.constant(max))
+        // Built untracked and recorded as one op: a tie on a bound passes the whole gradient, as PyTorch's clamp.
+        let x = self.detach();
+        let out = x.binary(BinaryOp::Max, &x.constant(min)).binary(BinaryOp::Min, &x.constant(max));
+        record(out, &[self], |_| Rule::Clamp { x: self.saved(), min, max })
     }
 }

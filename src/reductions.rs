@@ -2,6 +2,7 @@
 //! logsumexp built from them. Each is one reduce node (keeping the axis with extent 1) plus views and elementwise
 //! ops, which fuse into the reduce kernel or into its consumers.
 
+use crate::autograd::{record, Rule};
 use crate::dim::Dim;
 use crate::error::{Error, Result};
 use crate::graph::Op;
@@ -31,7 +32,7 @@ impl Tensor {
     }
 
     /// `op` folded along `dim`, the axis kept with extent 1 (`keep`) or dropped.
-    fn try_fold(&self, op: ReduceOp, dim: impl Dim, keep: bool) -> Result<Tensor> {
+    pub(crate) fn try_fold(&self, op: ReduceOp, dim: impl Dim, keep: bool) -> Result<Tensor> {
         let (d, n) = self.reduce_axis(op.name(), dim)?;
         if n == 0 && matches!(op, ReduceOp::Max | ReduceOp::Min) {
             return Err(Error::BadArgument {
@@ -48,6 +49,7 @@ impl Tensor {
         let mut dims = x.shape.dims().to_vec();
         dims[d] = 1;
         let r = Tensor::from_op(&x.device, Op::Reduce(op, x.id, d), Shape::from(dims), x.dtype);
+        let r = record(r, &[&x], |y| Rule::Reduce { op, axis: d, x: x.saved(), y });
         Ok(if keep { r } else { r.squeeze(d) })
     }
 
@@ -62,10 +64,12 @@ impl Tensor {
                 shape: self.shape.clone(),
             });
         }
-        let extreme = self.try_fold(op, d, true)?;
-        let mut hit = self.eq(&extreme);
-        if self.dtype.is_float() {
-            hit = hit | self.ne(self);
+        // Indices are untracked: build them from the untracked value.
+        let x = self.detach();
+        let extreme = x.try_fold(op, d, true)?;
+        let mut hit = x.eq(&extreme);
+        if x.dtype.is_float() {
+            hit = hit | x.ne(&x);
         }
         let mut along = vec![1; self.ndim()];
         along[d] = n;
@@ -318,12 +322,14 @@ impl Tensor {
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_softmax(&self, dim: impl Dim) -> Result<Tensor> {
         let (d, n) = self.reduce_axis("softmax", dim)?;
-        let (x, out) = self.float_math();
+        // Built untracked and recorded as one op, whose gradient is the closed form (one rows kernel).
+        let (x, out) = self.detach().float_math();
+        let record = |y: Tensor| record(y, &[self], |y| Rule::Softmax { axis: d, y });
         if n == 0 {
-            return Ok(x.cast_to(out));
+            return Ok(record(x.cast_to(out)));
         }
         let e = (&x - &x.try_fold(ReduceOp::Max, d, true)?).exp();
-        Ok((&e / &e.try_fold(ReduceOp::Sum, d, true)?).cast_to(out))
+        Ok(record((&e / &e.try_fold(ReduceOp::Sum, d, true)?).cast_to(out)))
     }
 
     /// `x - logsumexp(x)` along `dim`, computed stably (a row of `-inf` gives NaN, as in PyTorch).
@@ -341,12 +347,14 @@ impl Tensor {
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
         let (d, n) = self.reduce_axis("log_softmax", dim)?;
-        let (x, out) = self.float_math();
+        // Built untracked and recorded as one op, whose gradient is the closed form (one rows kernel).
+        let (x, out) = self.detach().float_math();
+        let record = |y: Tensor| record(y, &[self], |y| Rule::LogSoftmax { axis: d, y });
         if n == 0 {
-            return Ok(x.cast_to(out));
+            return Ok(record(x.cast_to(out)));
         }
         let shifted = &x - &x.try_fold(ReduceOp::Max, d, true)?;
-        Ok((&shifted - &shifted.exp().try_fold(ReduceOp::Sum, d, true)?.ln()).cast_to(out))
+        Ok(record((&shifted - &shifted.exp().try_fold(ReduceOp::Sum, d, true)?.ln()).cast_to(out)))
     }
 
     /// `ln(sum(exp(x)))` along `dim`, axis dropped, computed stably around the maximum (an all `-inf` row gives
@@ -365,14 +373,15 @@ impl Tensor {
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_logsumexp(&self, dim: impl Dim) -> Result<Tensor> {
         let (d, n) = self.reduce_axis("logsumexp", dim)?;
-        let (x, out) = self.float_math();
+        let (x, out) = self.detach().float_math();
+        let record = |y: Tensor| record(y, &[self], |y| Rule::LogSumExp { axis: d, x: self.saved(), y });
         if n == 0 {
-            return Ok(x.try_fold(ReduceOp::Sum, d, false)?.ln().cast_to(out));
+            return Ok(record(x.try_fold(ReduceOp::Sum, d, false)?.ln().cast_to(out)));
         }
         // An infinite maximum would make `x - max` NaN; a finite stand-in keeps -inf rows at -inf.
         let m = x.try_fold(ReduceOp::Max, d, true)?.clamp(f32::MIN, f32::MAX);
         let s = (&x - &m).exp().try_fold(ReduceOp::Sum, d, true)?.ln() + &m;
-        Ok(s.squeeze(d).cast_to(out))
+        Ok(record(s.squeeze(d).cast_to(out)))
     }
 
     /// The index (i32) of the maximum along `dim`, the axis dropped: the first on ties, and the first NaN wins

@@ -27,6 +27,10 @@ pub struct Tensor {
     pub(crate) shape: Shape,
     pub(crate) dtype: DType,
     pub(crate) device: Device,
+    /// Where the value came from in the gradient tape, for a tensor that depends on a [`Var`](crate::Var); `None`
+    /// for an untracked one. The tape lives here, at the API level, because the graph forgets a node's op once it
+    /// is realized and composes views at construction.
+    pub(crate) tape: Option<crate::autograd::Tape>,
 }
 
 impl Tensor {
@@ -34,7 +38,7 @@ impl Tensor {
     pub(crate) fn from_op(device: &Device, op: Op, shape: Shape, dtype: DType) -> Tensor {
         let node_shape = shape.clone();
         let id = device.add_node(|g| g.add(op, node_shape, dtype));
-        Tensor { id, shape, dtype, device: device.clone() }
+        Tensor { id, shape, dtype, device: device.clone(), tape: None }
     }
 
     /// A tensor holding `data` (row-major) on the default device; its dtype is `T`'s.
@@ -248,7 +252,13 @@ pub fn realize(tensors: &[&Tensor]) -> Result<()> {
 impl Clone for Tensor {
     fn clone(&self) -> Self {
         self.device.state().graph.retain(self.id);
-        Tensor { id: self.id, shape: self.shape.clone(), dtype: self.dtype, device: self.device.clone() }
+        Tensor {
+            id: self.id,
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            device: self.device.clone(),
+            tape: self.tape.clone(),
+        }
     }
 }
 
@@ -277,4 +287,6 @@ fn _assert_send_sync() {
     check::<Tensor>();
     check::<Device>();
     check::<Error>();
+    check::<crate::Var>();
+    check::<crate::Grads>();
 }

@@ -1,6 +1,7 @@
 //! The view API: reshape, permute, narrow, expand, squeeze, unsqueeze, cat, stack and friends. Each makes a view
 //! node (index math, no data moves) that kernels read through one composed stride vector.
 
+use crate::autograd::{record, Rule};
 use crate::dim::Dim;
 use crate::error::{Error, Result};
 use crate::graph::Op;
@@ -78,12 +79,17 @@ impl Tensor {
                 format!("shape {shape} has {} elements, not {}", shape.numel(), self.numel()),
             ));
         }
-        Ok(self.view(View::contiguous(&shape)))
+        Ok(self.reshaped(View::contiguous(&shape)))
+    }
+
+    /// A view that keeps the row-major order (reshape, flatten, squeeze, unsqueeze): its gradient is reshaped back.
+    fn reshaped(&self, view: View) -> Tensor {
+        record(self.view(view), &[self], |_| Rule::Reshape { from: self.shape.clone() })
     }
 
     /// The tensor as one axis.
     pub fn flatten(&self) -> Tensor {
-        self.view(View::contiguous(&Shape::from([self.numel()])))
+        self.reshaped(View::contiguous(&Shape::from([self.numel()])))
     }
 
     /// The axes reordered: axis `d` of the result is axis `dims[d]` of this tensor.
@@ -115,7 +121,7 @@ impl Tensor {
             }
             resolved.push(d);
         }
-        Ok(self.view(self.own_view().permute(&resolved)))
+        Ok(self.permuted(resolved))
     }
 
     /// Axes `d0` and `d1` swapped.
@@ -136,7 +142,12 @@ impl Tensor {
         let b = self.axis("transpose", "dim", d1, 0)?;
         let mut dims: SmallVec<[usize; 4]> = (0..self.ndim()).collect();
         dims.swap(a, b);
-        Ok(self.view(self.own_view().permute(&dims)))
+        Ok(self.permuted(dims))
+    }
+
+    /// Axis `d` of the result is axis `dims[d]` of this tensor.
+    fn permuted(&self, dims: SmallVec<[usize; 4]>) -> Tensor {
+        record(self.view(self.own_view().permute(&dims)), &[self], |_| Rule::Permute { dims })
     }
 
     /// The last two axes swapped (a matrix transpose, batched over leading axes).
@@ -183,7 +194,8 @@ impl Tensor {
                 format!("start {start} + len {len} exceeds axis {dim} of extent {extent}"),
             ));
         }
-        Ok(self.view(self.own_view().narrow(d, start, len)))
+        let out = self.view(self.own_view().narrow(d, start, len));
+        Ok(record(out, &[self], |_| Rule::Narrow { axis: d, start, extent }))
     }
 
     /// Axis `dim`, which must have extent 1, removed.
@@ -204,7 +216,7 @@ impl Tensor {
         if self.shape.dims()[d] != 1 {
             return Err(bad("squeeze", &self.shape, format!("axis {dim} has extent {}, not 1", self.shape.dims()[d])));
         }
-        Ok(self.view(self.own_view().squeeze(d)))
+        Ok(self.reshaped(self.own_view().squeeze(d)))
     }
 
     /// A new axis of extent 1 at `dim` (`0..=ndim`; `-1` appends).
@@ -222,7 +234,7 @@ impl Tensor {
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_unsqueeze(&self, dim: impl Dim) -> Result<Tensor> {
         let d = self.axis("unsqueeze", "dim", dim, 1)?;
-        Ok(self.view(self.own_view().unsqueeze(d)))
+        Ok(self.reshaped(self.own_view().unsqueeze(d)))
     }
 
     /// The tensor broadcast to `shape` by NumPy's rules (new leading axes, size-1 axes stretched): no memory.
@@ -243,7 +255,8 @@ impl Tensor {
         if self.shape.ndim() > shape.ndim() || self.shape.broadcast(&shape).as_ref() != Some(&shape) {
             return Err(bad("expand", &self.shape, format!("cannot broadcast to shape {shape}")));
         }
-        Ok(self.view(self.own_view().expand(&shape)))
+        let out = self.view(self.own_view().expand(&shape));
+        Ok(record(out, &[self], |_| Rule::Expand { from: self.shape.clone() }))
     }
 
     /// Whether the tensor reads its source in row-major order (it is not a strided view).
@@ -327,12 +340,14 @@ impl Tensor {
             return Tensor::try_cat(&chunks.iter().collect::<Vec<_>>(), d);
         }
         let parts = tensors.iter().map(|t| t.id).collect();
-        Ok(Tensor::from_op(&first.device, Op::Cat(parts, d), dims.into(), dt))
+        let out = Tensor::from_op(&first.device, Op::Cat(parts, d), dims.into(), dt);
+        Ok(record(out, tensors, |_| Rule::Cat { axis: d, sizes: tensors.iter().map(|t| t.shape.dims()[d]).collect() }))
     }
 
     /// A node that is always materialized, whatever it is.
     fn stored_copy(&self) -> Tensor {
-        Tensor::from_op(&self.device, Op::Contiguous(self.id), self.shape.clone(), self.dtype)
+        let out = Tensor::from_op(&self.device, Op::Contiguous(self.id), self.shape.clone(), self.dtype);
+        record(out, &[self], |_| Rule::Identity)
     }
 
     /// The tensors, all of one shape, stacked along a new axis `dim` (`0..=ndim`).
@@ -358,7 +373,7 @@ impl Tensor {
         if let Some(t) = tensors.iter().find(|t| t.shape != first.shape) {
             return Err(bad("stack", &t.shape, format!("all shapes must equal the first, {}", first.shape)));
         }
-        let parts: Vec<Tensor> = tensors.iter().map(|t| t.view(t.own_view().unsqueeze(d))).collect();
+        let parts: Vec<Tensor> = tensors.iter().map(|t| t.reshaped(t.own_view().unsqueeze(d))).collect();
         Tensor::try_cat(&parts.iter().collect::<Vec<_>>(), d)
     }
 }

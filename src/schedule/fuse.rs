@@ -316,11 +316,13 @@ fn joins_rows(
         return None;
     }
     let node = graph.node(id);
+    // A product starts its own kernel, even of the rows' shape and reading a fold of them (a gradient through
+    // `x.max_keepdim(1)` and a matmul, a matrix-vector product of a fold): a rows kernel has no phase for it.
+    if matches!(node.op, Op::Matmul(..)) {
+        return Some(false);
+    }
     let same_rows = match node.op {
         Op::Reduce(..) => row_fold(graph, id) == Some((domain, axis)),
-        // A product starts its own kernel even where its output has the rows' shape (a matrix-vector product of
-        // a fold): a rows kernel has no phase that multiplies.
-        Op::Matmul(..) => false,
         _ => squeezed(&node.shape) == squeezed(domain),
     };
     if !same_rows {

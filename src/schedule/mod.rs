@@ -462,6 +462,23 @@ mod tests {
     }
 
     #[test]
+    fn a_product_reading_a_row_fold_is_not_a_phase_of_its_rows_kernel() {
+        // `(x - max) + (x * max) @ w`: the product has the rows' shape and reads their fold, but is its own kernel.
+        let mut g = Graph::default();
+        let x = data(&mut g, &[2, 3]);
+        let w = data(&mut g, &[3, 3]);
+        let m = fold(&mut g, crate::op::ReduceOp::Max, x, 1);
+        let scaled = bin(&mut g, BinaryOp::Mul, x, m);
+        let p = g.add(Op::Matmul(scaled, w), Shape::from([2, 3]), DType::F32);
+        let d = bin(&mut g, BinaryOp::Sub, x, m);
+        let out = bin(&mut g, BinaryOp::Add, d, p);
+        let pl = plan(&g, &[out], &FUSE);
+        let kinds: Vec<_> = pl.kernels.iter().map(|k| std::mem::discriminant(&k.kind)).collect();
+        assert_eq!(pl.kernels.len(), 2, "the fold, then the product with the map as its epilogue");
+        assert!(matches!(pl.kernels[1].kind, crate::kernel::Kind::Matmul(_)), "{kinds:?}");
+    }
+
+    #[test]
     fn rows_kernels_step_by_vectors_where_the_row_allows() {
         let softmax = |cols: usize| {
             let mut g = Graph::default();

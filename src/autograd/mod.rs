@@ -1,0 +1,179 @@
+//! Reverse-mode autograd: `Var`, the tape, `backward` and `Grads`; the backward pass is ordinary lazy ops.
+//!
+//! The tape lives at the API level, on the `Tensor` handles: realizing a node forgets its op and views compose at
+//! construction, so the graph cannot say how a value was computed, but the op that built a handle can. Each
+//! differentiable op calls [`tape::record`] where it builds its node; the rules ([`rules`]) turn an output's
+//! gradient into its inputs' with ordinary lazy ops. `backward` runs nothing: the scheduler fuses the gradients
+//! like any other expression, and realizing the loss with them computes shared forward values once.
+
+mod grads;
+pub(crate) mod rules;
+mod tape;
+mod var;
+
+pub use grads::Grads;
+pub(crate) use tape::{record, Rule, Tape};
+pub use var::Var;
+
+use crate::error::{Error, Result};
+use crate::hash::FastMap;
+use crate::tensor::Tensor;
+
+/// Runs `f` with gradient tracking off on this thread and returns its value: nothing built inside is tracked
+/// (an optimizer's update, an evaluation pass).
+///
+/// # Examples
+/// ```no_run
+/// use lazor::{Tensor, Var};
+/// let w = Var::new(Tensor::ones([3]));
+/// let y = lazor::no_grad(|| w.tensor() * 2.0);
+/// assert!(!y.tracks_grad());
+/// ```
+pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
+    tape::paused(f)
+}
+
+impl Tensor {
+    /// Whether the tensor depends on a [`Var`] (outside [`no_grad`]), so [`Tensor::backward`] can differentiate
+    /// it.
+    pub fn tracks_grad(&self) -> bool {
+        self.tape.is_some()
+    }
+
+    /// The same value, untracked: gradients do not flow through it. Costs nothing (the same graph node).
+    pub fn detach(&self) -> Tensor {
+        let mut t = self.clone();
+        t.tape = None;
+        t
+    }
+
+    /// An untracked handle for the tape to keep. A `Var`'s own value is kept through a view node of its own: a
+    /// later `Var::set` moves every node that reads the old value onto a node holding it, so a backward pass over
+    /// ops recorded before the `set` still reads the values they saw.
+    pub(crate) fn saved(&self) -> Tensor {
+        match &self.tape {
+            Some(node) if matches!(node.rule, Rule::Leaf(_)) => {
+                let view = crate::graph::Op::View(crate::view::View::contiguous(&self.shape), self.id);
+                Tensor::from_op(&self.device, view, self.shape.clone(), self.dtype)
+            }
+            _ => self.detach(),
+        }
+    }
+
+    /// The gradients of this one-element tensor (any shape of one element) with respect to every [`Var`] it
+    /// depends on, as lazy tensors: nothing runs until they are realized.
+    ///
+    /// # Panics
+    /// At the caller, naming the op and the shape, when the tensor has more than one element or depends on no
+    /// `Var`; [`Tensor::try_backward`] returns the error instead.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lazor::{Tensor, Var};
+    /// let x = Var::new(Tensor::from_vec(vec![1.0f32, 2.0], [2]));
+    /// let loss = x.tensor().square().sum_all();
+    /// let grads = loss.backward();
+    /// lazor::realize(&[&loss, &grads[&x]])?; // one realize, one submit
+    /// assert_eq!(grads[&x].to_vec(), vec![2.0, 4.0]);
+    /// # Ok::<(), lazor::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn backward(&self) -> Grads {
+        crate::ops::ok(self.try_backward())
+    }
+
+    /// [`Tensor::backward`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] when the tensor has more than one element or depends on no `Var`.
+    pub fn try_backward(&self) -> Result<Grads> {
+        if self.numel() != 1 {
+            return Err(Error::BadArgument {
+                op: "backward",
+                message: format!(
+                    "the loss has {} elements, not one (backward_with takes a gradient of any shape)",
+                    self.numel()
+                ),
+                shape: self.shape.clone(),
+            });
+        }
+        let one =
+            Tensor::full_lane(self.shape.clone(), self.dtype.cast_lane(crate::DType::I32, 1), self.dtype, &self.device);
+        self.backward_from(one, "backward")
+    }
+
+    /// The gradients of this tensor, of any shape, given `grad` (the gradient of some loss with respect to it, of
+    /// its shape and dtype): a vector-Jacobian product.
+    ///
+    /// # Panics
+    /// At the caller, naming the op and the shapes, when `grad`'s shape or dtype differs from this tensor's or the
+    /// tensor depends on no `Var`; [`Tensor::try_backward_with`] returns the error instead.
+    #[track_caller]
+    pub fn backward_with(&self, grad: &Tensor) -> Grads {
+        crate::ops::ok(self.try_backward_with(grad))
+    }
+
+    /// [`Tensor::backward_with`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when `grad`'s shape or dtype differs from this tensor's, [`Error::DeviceMismatch`]
+    /// across devices, [`Error::BadArgument`] when the tensor depends on no `Var`.
+    pub fn try_backward_with(&self, grad: &Tensor) -> Result<Grads> {
+        if grad.shape != self.shape || grad.dtype != self.dtype {
+            return Err(Error::ShapeMismatch {
+                op: "backward_with",
+                message: format!(
+                    "the gradient ({} {}) must have the shape and dtype of the tensor ({} {})",
+                    grad.dtype, grad.shape, self.dtype, self.shape
+                ),
+                lhs: self.shape.clone(),
+                rhs: grad.shape.clone(),
+            });
+        }
+        self.device.check_same(&grad.device, "backward_with")?;
+        self.backward_from(grad.detach(), "backward_with")
+    }
+
+    /// Walks the tape from this tensor, outputs before inputs, summing each node's gradient from its readers and
+    /// handing it to its rule. Builds lazy ops only.
+    fn backward_from(&self, seed: Tensor, op: &'static str) -> Result<Grads> {
+        let Some(root) = &self.tape else {
+            return Err(Error::BadArgument {
+                op,
+                message: "the tensor depends on no Var, so it has no gradients (wrap the inputs in lazor::Var)".into(),
+                shape: self.shape.clone(),
+            });
+        };
+        Ok(no_grad(|| {
+            let order = tape::order(root);
+            let mut pending: FastMap<usize, Tensor> = FastMap::default();
+            pending.insert(tape::key(root), seed);
+            let mut entries = Vec::new();
+            for node in order.iter().rev() {
+                let Some(g) = pending.remove(&tape::key(node)) else { continue };
+                if let Rule::Leaf(var) = &node.rule {
+                    if let Some(inner) = var.upgrade() {
+                        entries.push((Var::from_inner(inner), g));
+                    }
+                    continue;
+                }
+                let needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
+                let parts = rules::backward(&node.rule, &g, &needs);
+                for (input, part) in node.inputs.iter().zip(parts) {
+                    let (Some(input), Some(part)) = (input, part) else { continue };
+                    let slot = pending.entry(tape::key(input));
+                    match slot {
+                        std::collections::hash_map::Entry::Occupied(mut e) => {
+                            let sum = e.get() + &part;
+                            e.insert(sum);
+                        }
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(part);
+                        }
+                    }
+                }
+            }
+            Grads { entries }
+        }))
+    }
+}

@@ -1,0 +1,280 @@
+//! The derivative rules: for each recorded op, its inputs' gradients from its output's, written once as lazy ops.
+
+use super::tape::Rule;
+use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
+use smallvec::{smallvec, SmallVec};
+
+/// Gradients of one op's inputs, in the rule's input order; `None` where an input needs none.
+pub(crate) type Contributions = SmallVec<[Option<Tensor>; 3]>;
+
+/// `sqrt(2 / pi)` and the cubic coefficient of the GELU tanh approximation (as in the op table's row).
+const GELU_C: f32 = 0.797_884_6;
+const GELU_K: f32 = 0.044_715;
+
+/// Whether a unary op has a derivative rule. Exhaustive, so a new op must be placed on one side or the other.
+#[cfg(test)]
+pub(crate) fn unary_differentiable(op: UnaryOp) -> bool {
+    use UnaryOp::*;
+    match op {
+        Neg | Exp | Ln | Sqrt | Rsqrt | Abs | Relu | Sigmoid | Tanh | Sin | Cos | Recip | Square | Gelu | Silu => true,
+        // Integer and bool only.
+        Not => false,
+    }
+}
+
+/// Whether a binary op has a derivative rule (comparisons give bools, the others are integer-only).
+#[cfg(test)]
+pub(crate) fn binary_differentiable(op: BinaryOp) -> bool {
+    use BinaryOp::*;
+    match op {
+        Add | Sub | Mul | Div | Max | Min | Pow => true,
+        Rem | And | Or | Xor | Lt | Le | Gt | Ge | Eq | Ne => false,
+    }
+}
+
+/// Whether a fold has a derivative rule.
+#[cfg(test)]
+pub(crate) fn reduce_differentiable(op: ReduceOp) -> bool {
+    match op {
+        ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => true,
+    }
+}
+
+/// `g` (broadcast from `shape` by NumPy's rule) summed back to `shape`: the one rule for every broadcast operand.
+pub(crate) fn sum_to(g: Tensor, shape: &Shape) -> Tensor {
+    if g.shape == *shape {
+        return g;
+    }
+    let dims = g.shape.dims().to_vec();
+    let lead = dims.len() - shape.ndim();
+    let axes: Vec<usize> =
+        (0..dims.len()).filter(|&i| i < lead || (shape.dims()[i - lead] == 1 && dims[i] != 1)).collect();
+    let folded = if !axes.is_empty() && axes.iter().enumerate().all(|(j, &a)| j == a) {
+        // A leading block (a bias's gradient) is one fold over the merged axes, not one fold per axis.
+        let k = axes.len();
+        let mut merged = vec![dims[..k].iter().product::<usize>()];
+        merged.extend_from_slice(&dims[k..]);
+        g.reshape(merged).sum(0)
+    } else {
+        axes.iter().fold(g, |t, &a| t.sum_keepdim(a))
+    };
+    folded.reshape(shape.clone())
+}
+
+/// `1.0` where `mask`, else `0.0`, in `like`'s type.
+fn ones_where(mask: &Tensor, like: &Tensor) -> Tensor {
+    mask.to_dtype(like.dtype)
+}
+
+/// The gradients of `rule`'s inputs given its output's gradient `g`; `needs[i]` says whether input `i` wants one.
+/// Runs with recording paused: everything it builds is untracked.
+pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions {
+    let need = |i: usize| needs.get(i).copied().unwrap_or(false);
+    match rule {
+        Rule::Leaf(_) => smallvec![],
+        Rule::Unary { op, x, y } => smallvec![Some(unary(*op, g, x, y))],
+        Rule::Binary { op, a, b, y } => {
+            let (ga, gb) = binary(*op, g, [a, b, y], need(0), need(1));
+            smallvec![ga.map(|t| sum_to(t, &a.shape)), gb.map(|t| sum_to(t, &b.shape))]
+        }
+        Rule::Cast { from } => smallvec![from.is_float().then(|| g.to_dtype(*from))],
+        Rule::Where { mask, t, f } => smallvec![
+            None,
+            need(1).then(|| sum_to(mask.where_cond(g, 0.0), t)),
+            need(2).then(|| sum_to(mask.where_cond(0.0, g), f)),
+        ],
+        Rule::Reshape { from } => smallvec![Some(g.reshape(from.clone()))],
+        Rule::Permute { dims } => {
+            let mut inverse = vec![0usize; dims.len()];
+            for (d, &src) in dims.iter().enumerate() {
+                inverse[src] = d;
+            }
+            smallvec![Some(g.permute(inverse))]
+        }
+        Rule::Narrow { axis, start, extent } => smallvec![Some(pad(g, *axis, *start, *extent))],
+        Rule::Expand { from } => smallvec![Some(sum_to(g.clone(), from))],
+        Rule::Cat { axis, sizes } => {
+            let mut at = 0;
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let part = need(i).then(|| g.narrow(*axis, at, n));
+                    at += n;
+                    part
+                })
+                .collect()
+        }
+        Rule::Identity => smallvec![Some(g.clone())],
+        Rule::Reduce { op, axis, x, y } => smallvec![Some(reduce(*op, *axis, g, x, y))],
+        Rule::Matmul { a, b } => smallvec![need(0).then(|| g.matmul(&b.t())), need(1).then(|| a.t().matmul(g))],
+        // Closed forms, so the backward of a softmax is one rows kernel rather than a chain of generic rules.
+        Rule::Softmax { axis, y } => smallvec![Some(y * &(g - &(g * y).sum_keepdim(*axis)))],
+        Rule::LogSoftmax { axis, y } => smallvec![Some(g - &(y.exp() * &g.sum_keepdim(*axis)))],
+        Rule::LogSumExp { axis, x, y } => {
+            smallvec![Some(g.unsqueeze(*axis) * &(x - &y.unsqueeze(*axis)).exp())]
+        }
+        // PyTorch's clamp passes the gradient on the bounds too (`min <= x <= max`).
+        Rule::Clamp { x, min, max } => smallvec![Some((x.ge(*min) & x.le(*max)).where_cond(g, 0.0))],
+    }
+}
+
+/// `g` placed at `start` along `axis` of an axis of extent `extent`, zeros around it: a concatenation, no copy.
+fn pad(g: &Tensor, axis: usize, start: usize, extent: usize) -> Tensor {
+    let zeros = |n: usize| {
+        let mut dims = g.shape.dims().to_vec();
+        dims[axis] = n;
+        Tensor::full_lane(dims, 0, g.dtype, &g.device)
+    };
+    let end = extent - start - g.shape.dims()[axis];
+    let (before, after) = (zeros(start), zeros(end));
+    let mut parts = Vec::with_capacity(3);
+    if start > 0 {
+        parts.push(&before);
+    }
+    parts.push(g);
+    if end > 0 {
+        parts.push(&after);
+    }
+    Tensor::cat(&parts, axis)
+}
+
+fn unary(op: UnaryOp, g: &Tensor, x: &Tensor, y: &Tensor) -> Tensor {
+    use UnaryOp::*;
+    match op {
+        Neg => -g,
+        Exp => g * y,
+        Ln => g / x,
+        // sqrt'(0) = inf, as PyTorch.
+        Sqrt => g / &(y * 2.0),
+        Rsqrt => g * &(y * y * y * -0.5),
+        // abs'(0) = 0, as PyTorch.
+        Abs => x.gt(0.0).where_cond(g, x.lt(0.0).where_cond(-g, 0.0)),
+        // relu'(0) = 0; read from the output, which is `> 0` exactly where the input is, so a relu fused into a
+        // matmul's epilogue needs no stored pre-activation.
+        Relu => y.gt(0.0).where_cond(g, 0.0),
+        Sigmoid => g * &(y * &(1.0 - y)),
+        Tanh => g * &(1.0 - &y.square()),
+        Sin => g * &x.cos(),
+        Cos => -(g * &x.sin()),
+        Recip => -(g * &y.square()),
+        Square => g * &(x * 2.0),
+        Gelu => {
+            let t = ((x + &(x * x * x * GELU_K)) * GELU_C).tanh();
+            let inner = (1.0 - &t.square()) * &(x * GELU_C) * &(x * x * (3.0 * GELU_K) + 1.0);
+            g * &((t + 1.0 + inner) * 0.5)
+        }
+        Silu => {
+            let s = x.sigmoid();
+            g * &(&s * &(x * &(1.0 - &s) + 1.0))
+        }
+        Not => unreachable!("not is recorded only on floats, where it is undefined"),
+    }
+}
+
+/// The gradients of `a` and `b` where asked for (`need_a`, `need_b`), at the output's shape.
+fn binary(
+    op: BinaryOp,
+    g: &Tensor,
+    [a, b, y]: [&Tensor; 3],
+    need_a: bool,
+    need_b: bool,
+) -> (Option<Tensor>, Option<Tensor>) {
+    use BinaryOp::*;
+    // A tie splits the gradient half and half, as PyTorch's maximum and minimum.
+    let share = |first: &Tensor, second: &Tensor| {
+        let wins = if op == Max { first.gt(second) } else { first.lt(second) };
+        wins.where_cond(g, first.eq(second).where_cond(g * 0.5, 0.0))
+    };
+    match op {
+        Add => (need_a.then(|| g.clone()), need_b.then(|| g.clone())),
+        Sub => (need_a.then(|| g.clone()), need_b.then(|| -g)),
+        Mul => (need_a.then(|| g * b), need_b.then(|| g * a)),
+        Div => (need_a.then(|| g / b), need_b.then(|| -(g * y) / b)),
+        Max | Min => (need_a.then(|| share(a, b)), need_b.then(|| share(b, a))),
+        // d/da = b a^(b-1) (0 where b = 0, as PyTorch), d/db = a^b ln a (0 where a = 0 and b >= 0).
+        Pow => (
+            need_a.then(|| b.eq(0.0).where_cond(0.0, g * b * &a.binary(Pow, &(b - 1.0)))),
+            need_b.then(|| (a.eq(0.0) & b.ge(0.0)).where_cond(0.0, g * y * &a.ln())),
+        ),
+        Rem | And | Or | Xor | Lt | Le | Gt | Ge | Eq | Ne => unreachable!("{} is not differentiable", op.name()),
+    }
+}
+
+fn reduce(op: ReduceOp, axis: usize, g: &Tensor, x: &Tensor, y: &Tensor) -> Tensor {
+    match op {
+        ReduceOp::Sum => g.expand(x.shape.clone()),
+        // The product of the others: `y / x` while the row has no zero; with one zero, only that element gets
+        // the product of the rest; with two or more, every product of the others is 0 (PyTorch's values).
+        ReduceOp::Prod => {
+            let zero = x.eq(0.0);
+            let zeros = zero.to_dtype(x.dtype).sum_keepdim(axis);
+            let others = zero.where_cond(1.0, x).prod_keepdim(axis);
+            let lone = (zeros.eq(1.0) & zero).where_cond(others, 0.0);
+            g * &zeros.eq(0.0).where_cond(y / x, lone)
+        }
+        // Split evenly among tied extremes, as `torch.amax`.
+        ReduceOp::Max | ReduceOp::Min => {
+            let hit = ones_where(&x.eq(y), g);
+            let count = hit.sum_keepdim(axis);
+            g * &hit / &count
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Device, Var};
+
+    fn var(dev: &Device, values: &[f32]) -> Var {
+        Var::new(Tensor::from_slice_on(values, [values.len()], dev))
+    }
+
+    /// Walks the op table: every op is either differentiable, and then `backward` gives a gradient through it, or
+    /// listed as not, and then it never yields a tracked float. A new op fails here until it is placed.
+    #[test]
+    fn every_op_is_differentiable_or_listed_as_not() {
+        let dev = Device::cpu();
+        let a = var(&dev, &[0.5, 1.5, 2.0]);
+        let b = var(&dev, &[1.25, 0.75, 3.0]);
+        for op in UnaryOp::ALL {
+            let y = a.try_unary(op);
+            if unary_differentiable(op) {
+                let y = y.expect("a differentiable op is defined on floats");
+                let g = y.sum_all().backward();
+                assert_eq!(g[&a].shape(), &[3], "{}", op.name());
+                assert!(g[&a].to_vec().iter().all(|v| v.is_finite()), "{}", op.name());
+            } else {
+                assert!(y.is_err() || !y.unwrap().tracks_grad(), "{} is listed as not differentiable", op.name());
+            }
+        }
+        for op in BinaryOp::ALL {
+            let y = a.try_binary(op, &b);
+            if binary_differentiable(op) {
+                let g = y.expect("defined on floats").sum_all().backward();
+                assert_eq!(g.len(), 2, "{}", op.name());
+                assert!(g[&b].to_vec().iter().all(|v| v.is_finite()), "{}", op.name());
+            } else {
+                assert!(y.is_err() || !y.unwrap().tracks_grad(), "{} is listed as not differentiable", op.name());
+            }
+        }
+        for op in ReduceOp::ALL {
+            assert!(reduce_differentiable(op));
+            let g = a.try_fold(op, 0, false).unwrap().backward();
+            assert_eq!(g[&a].shape(), &[3], "{}", op.name());
+        }
+    }
+
+    #[test]
+    fn sum_to_folds_a_leading_block_once() {
+        let dev = Device::cpu();
+        let g = Tensor::ones_on([2, 3, 4], &dev);
+        let s = sum_to(g.clone(), &Shape::from([4]));
+        assert_eq!(s.to_vec(), vec![6.0; 4]);
+        let s = sum_to(g, &Shape::from([3, 1]));
+        assert_eq!(s.to_vec(), vec![8.0; 3]);
+    }
+}
