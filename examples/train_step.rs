@@ -1,7 +1,8 @@
 //! Times forward + backward of two MLPs with a softmax cross-entropy, loss and every gradient in one realize, and
 //! the large model's eight matrix products alone (3 forward, 3 weight gradients, 2 input gradients) for scale.
 //! Prints milliseconds and dispatches per step. `cargo run --release --example train_step` (784-1024-1024-10 at
-//! batch 4096 and 784-128-10 at batch 64); `-- --quick` runs small sizes and few steps, as a smoke test.
+//! batch 4096 and 784-128-10 at batch 64); `-- --quick` runs small sizes and few steps, as a smoke test;
+//! `-- --profile` also prints the large model's kernels with their GPU times (`Device::profile`).
 
 use lazor::{Device, Tensor, Var};
 use std::time::Instant;
@@ -48,7 +49,7 @@ fn time(dev: &Device, steps: usize, mut f: impl FnMut()) -> (f64, u64) {
     (ms, (dev.stats().dispatches - before) / steps as u64)
 }
 
-fn mlp(dev: &Device, sizes: &[usize], batch: usize, steps: usize) {
+fn mlp(dev: &Device, sizes: &[usize], batch: usize, steps: usize, profiled: bool) {
     let params: Vec<Var> = sizes
         .windows(2)
         .enumerate()
@@ -65,14 +66,20 @@ fn mlp(dev: &Device, sizes: &[usize], batch: usize, steps: usize) {
     let labels: Vec<f32> = (0..batch * classes).map(|i| f32::from(i % classes == (i / classes) % classes)).collect();
     let onehot = Tensor::from_vec_on(labels, [batch, classes], dev);
     lazor::realize(&[&x, &onehot]).unwrap();
-    let (ms, dispatches) = time(dev, steps, || {
+    let step = || {
         let loss = loss(&params, &x, &onehot);
         let grads = loss.backward();
         let gs: Vec<Tensor> = params.iter().map(|p| grads[p].clone()).collect();
         let mut all = vec![&loss];
         all.extend(&gs);
         lazor::realize(&all).unwrap();
-    });
+    };
+    if profiled {
+        // One step after a warm-up, kernel by kernel.
+        step();
+        println!("{}", dev.profile(step));
+    }
+    let (ms, dispatches) = time(dev, steps, step);
     let shown: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
     println!("mlp {} batch {batch}: fwd+bwd {ms:.3} ms/step, {dispatches} dispatches/step", shown.join("-"));
 }
@@ -103,11 +110,12 @@ fn matmuls_alone(dev: &Device, sizes: &[usize; 4], batch: usize, steps: usize) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    let profiled = std::env::args().any(|a| a == "--profile");
     let dev = Device::default();
     println!("device: {}", dev.name());
     let (large, batch, steps) = if quick { ([64, 96, 96, 10], 128, 3) } else { ([784, 1024, 1024, 10], 4096, 20) };
-    mlp(&dev, &large, batch, steps);
+    mlp(&dev, &large, batch, steps, profiled);
     matmuls_alone(&dev, &large, batch, steps);
     let (small, batch, steps) = if quick { ([64, 32, 10], 16, 3) } else { ([784, 128, 10], 64, 200) };
-    mlp(&dev, &small, batch, steps);
+    mlp(&dev, &small, batch, steps, false);
 }

@@ -73,7 +73,7 @@ impl Device {
     }
 
     fn with_backend(backend: Box<dyn Backend>) -> Device {
-        Device {
+        let dev = Device {
             inner: Arc::new(Inner {
                 backend,
                 state: Mutex::new(State::default()),
@@ -81,7 +81,11 @@ impl Device {
                 max_ops: crate::env::max_fused_ops(),
                 debug: crate::env::debug_level(),
             }),
+        };
+        if crate::env::profile() {
+            dev.profile_until_exit();
         }
+        dev
     }
 
     /// The wgpu backend of this device.
@@ -360,5 +364,15 @@ impl Eq for Device {}
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Device").field("name", &self.inner.backend.name()).finish()
+    }
+}
+
+impl Drop for Inner {
+    /// A device dropped while `LAZOR_PROFILE=1` collected its kernels prints their table.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(runs) = state.profile.take() {
+            crate::profile::print_on_drop(runs, self.backend.name());
+        }
     }
 }

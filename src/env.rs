@@ -17,6 +17,11 @@ pub fn debug_level() -> u32 {
     var("LAZOR_DEBUG").and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
+/// `LAZOR_PROFILE=1`: every device profiles all its kernels and prints the table at exit (or when dropped).
+pub fn profile() -> bool {
+    flag("LAZOR_PROFILE")
+}
+
 /// `LAZOR_NOFUSE=1`: one kernel per op, the unfused baseline.
 pub fn nofuse() -> bool {
     flag("LAZOR_NOFUSE")

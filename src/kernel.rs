@@ -285,7 +285,6 @@ impl Kernel {
         }
         ops.extend(next_fold.map(|(_, name)| name));
         ops.extend(folds.map(|(_, name)| name));
-        ops.dedup();
         kernel_name(&ops, self.shape.dims())
     }
 
@@ -300,6 +299,13 @@ impl Kernel {
 /// that only moves values is `copy`.
 pub fn kernel_name(ops: &[&str], shape: &[usize]) -> String {
     let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
-    let what = if ops.is_empty() { "copy".to_string() } else { ops.join("+") };
+    // Each op once, where it first appears: a rows kernel recomputes its map in every phase.
+    let mut once: Vec<&str> = Vec::with_capacity(ops.len());
+    for op in ops {
+        if !once.contains(op) {
+            once.push(op);
+        }
+    }
+    let what = if once.is_empty() { "copy".to_string() } else { once.join("+") };
     format!("{what} [{}]", dims.join("x"))
 }

@@ -37,6 +37,7 @@ mod matmul;
 #[doc(hidden)]
 pub mod op;
 mod ops;
+mod profile;
 mod read;
 mod realize;
 mod reductions;
@@ -58,6 +59,7 @@ pub use element::Element;
 pub use error::{Error, Result};
 /// The `half` crate, whose `f16` and `bf16` are lazor's 16-bit element types.
 pub use half;
+pub use profile::{KernelProfile, Profile};
 pub use read::to_vecs;
 pub use shape::Shape;
 pub use stats::Stats;

@@ -18,6 +18,8 @@ pub(crate) struct State {
     pub graph: Graph,
     pub stats: Stats,
     pub plans: PlanCache,
+    /// While `Device::profile` runs: every kernel run, in order.
+    pub profile: Option<Vec<crate::profile::Run>>,
 }
 
 /// Returns an error when some value of the plan needs more bytes than one binding can cover.
@@ -67,7 +69,7 @@ impl Device {
         let debug = self.inner.debug;
         let opts = self.schedule_options();
         let mut guard = self.state();
-        let State { graph, stats, plans } = &mut *guard;
+        let State { graph, stats, plans, profile } = &mut *guard;
         if let Some(dir) = crate::env::viz_dir() {
             write_viz(dir, stats.realizes, &crate::debug::graph_dot(graph, outputs, &opts));
         }
@@ -103,14 +105,28 @@ impl Device {
             .collect();
         let reads: Vec<Option<usize>> = read.iter().map(|&id| plan.slot_of(id)).collect();
         let read_slots: Vec<usize> = reads.iter().flatten().copied().collect();
-        let job =
-            |buffers| Job { buffers, kernels: &plan.kernels, frees: &plan.frees, keep: &keep, reads: &read_slots };
+        let profiling = profile.is_some();
+        let job = |buffers| Job {
+            buffers,
+            kernels: &plan.kernels,
+            frees: &plan.frees,
+            keep: &keep,
+            reads: &read_slots,
+            profile: profiling,
+        };
         let planned = start.elapsed();
         let done = match backend.run(job(buffers()), stats, debug) {
             // Free buffers kept for reuse may be what is missing: give them back and try once more.
             Err(Error::OutOfMemory(_)) if backend.trim() > 0 => backend.run(job(buffers()), stats, debug)?,
             outcome => outcome?,
         };
+        if let Some(runs) = profile.as_mut() {
+            for (n, kernel) in plan.kernels.iter().enumerate() {
+                let slots = kernel.inputs.iter().map(|i| i.0).chain(kernel.outputs.iter().map(|o| o.0));
+                let bytes = slots.map(|s| plan.slots[s].bytes).sum();
+                runs.push(crate::profile::Run::of(kernel, bytes, done.times.get(n).copied().flatten()));
+            }
+        }
 
         // Uploads first: realizing an output may free data that only it needed, buffer included.
         let mut kept: Vec<(usize, BufferKey)> = keep.iter().copied().zip(done.kept).collect();

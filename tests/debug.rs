@@ -107,3 +107,43 @@ fn dot_groups_nodes_by_kernel() {
         assert_eq!(dev.stats().dispatches - before, clusters as u64, "{}", dev.name());
     }
 }
+
+#[test]
+fn a_profile_names_times_and_counts_every_kernel() {
+    for dev in devices() {
+        let n = 64;
+        let x = Tensor::from_vec_on(vec![0.5f32; n * n], [n, n], &dev);
+        let w = Tensor::from_vec_on(vec![0.25f32; n * n], [n, n], &dev);
+        let b = Tensor::from_vec_on(vec![0.1f32; n], [n], &dev);
+        lazor::realize(&[&x, &w, &b]).unwrap();
+        let before = dev.stats().dispatches;
+        let profile = dev.profile(|| {
+            for _ in 0..3 {
+                let h = (x.matmul(&w) + &b).relu();
+                let y = h.softmax(-1);
+                lazor::realize(&[&h, &y]).unwrap();
+            }
+        });
+        assert_eq!(profile.dispatches(), dev.stats().dispatches - before, "{profile}");
+        let names: Vec<&str> = profile.kernels().iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(profile.kernels().len(), 2, "{profile}");
+        assert!(
+            names.contains(&"matmul+add+relu [64x64]") && names.contains(&"max+sub+exp+sum+div [64x64]"),
+            "{names:?}"
+        );
+        for k in profile.kernels() {
+            assert_eq!(k.dispatches, 3, "{profile}");
+            assert!(k.time.is_some_and(|t| !t.is_zero()), "{}: {profile}", dev.name());
+            // Each reads and writes 64 x 64 f32 values at least.
+            assert!(k.bytes >= 3 * 2 * 64 * 64 * 4, "{profile}");
+        }
+        let mm = profile.kernels().iter().find(|k| k.name.starts_with("matmul")).unwrap();
+        assert_eq!(mm.flops, 3 * 2 * 64 * 64 * 64);
+        assert!(mm.tflop_per_s().is_some());
+        let table = profile.to_string();
+        assert!(table.contains("6 dispatches") && table.contains("matmul+add+relu [64x64]"), "{table}");
+        // Outside a profile nothing is recorded, and realizes batch again.
+        let again = dev.profile(|| ());
+        assert_eq!(again.dispatches(), 0);
+    }
+}

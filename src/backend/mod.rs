@@ -45,6 +45,8 @@ pub(crate) struct Job<'a> {
     pub keep: &'a [usize],
     /// Buffers to read back once the kernels have run.
     pub reads: &'a [usize],
+    /// Time each kernel (`Device::profile`): GPU timestamps where the adapter has them, host time on the CPU.
+    pub profile: bool,
 }
 
 /// What a job left behind.
@@ -53,6 +55,9 @@ pub(crate) struct Done {
     pub kept: Vec<BufferKey>,
     /// The read-backs of `Job::reads`, in its order.
     pub reads: Vec<ReadId>,
+    /// Each kernel's time when the job was profiled (`None` for a kernel the backend could not time); empty
+    /// otherwise.
+    pub times: Vec<Option<std::time::Duration>>,
 }
 
 /// A device that runs kernel IR.

@@ -115,6 +115,7 @@ impl Backend for CpuBackend {
         let mut st = self.state();
         let mut keys: Vec<Option<BufferKey>> = Vec::with_capacity(job.buffers.len());
         let mut created: Vec<BufferKey> = Vec::new();
+        let mut times = Vec::new();
         let outcome = (|| -> Result<()> {
             for b in &job.buffers {
                 keys.push(match b.data {
@@ -131,6 +132,7 @@ impl Backend for CpuBackend {
                 });
             }
             for (n, kernel) in job.kernels.iter().enumerate() {
+                let started = job.profile.then(std::time::Instant::now);
                 let mut outs: Vec<Vec<f32>> = Vec::with_capacity(kernel.outputs.len());
                 for &(slot, _) in &kernel.outputs {
                     outs.push(st.alloc((job.buffers[slot].bytes / 4) as usize, stats)?);
@@ -153,6 +155,9 @@ impl Backend for CpuBackend {
                     let key = st.insert(v, stats);
                     keys[slot] = Some(key);
                     created.push(key);
+                }
+                if let Some(started) = started {
+                    times.push(Some(started.elapsed()));
                 }
                 stats.dispatches += 1;
                 for &slot in &job.frees[n] {
@@ -186,7 +191,7 @@ impl Backend for CpuBackend {
                 st.remove(key, stats);
             }
         }
-        Ok(Done { kept, reads })
+        Ok(Done { kept, reads, times })
     }
 
     fn release(&self, key: BufferKey, stats: &mut Stats) {

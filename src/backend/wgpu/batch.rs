@@ -52,6 +52,14 @@ impl Open {
         })
     }
 
+    /// A new compute pass whose start and end write the timestamps `writes` names (the pass before it ends): one
+    /// kernel's GPU time, for profiles.
+    pub fn timed_pass(&mut self, writes: wgpu::ComputePassTimestampWrites<'_>) -> &mut wgpu::ComputePass<'static> {
+        self.pass = None;
+        let desc = wgpu::ComputePassDescriptor { label: Some("lazor timed"), timestamp_writes: Some(writes) };
+        self.pass.insert(self.encoder.begin_compute_pass(&desc).forget_lifetime())
+    }
+
     /// The encoder, for copies after the kernels: ends the pass.
     pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
         self.pass = None;

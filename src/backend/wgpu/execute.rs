@@ -2,7 +2,7 @@
 //! read-back copies, and a submit unless the batch is held back.
 
 use super::gpu::Scopes;
-use super::{batch, pool, readback, WgpuBackend};
+use super::{batch, pool, readback, timing, WgpuBackend};
 use crate::backend::{Data, Done, Job, JobBuffer};
 use crate::codegen;
 use crate::error::Result;
@@ -157,15 +157,24 @@ impl WgpuBackend {
         let scopes = Scopes::push(&gpu.device);
         let has_work = !job.kernels.is_empty() || uploads || !job.reads.is_empty();
         let mut batch = st.batch.take().unwrap_or_else(|| batch::Open::new(&gpu.device, first));
+        let timing = (job.profile && gpu.timestamps && !job.kernels.is_empty())
+            .then(|| timing::Timing::new(&gpu.device, job.kernels.len()));
         if !job.kernels.is_empty() {
-            let pass = batch.pass();
             for (n, (bind_group, (x, y))) in dispatches.iter().enumerate() {
+                // Profiled, each kernel runs in a pass of its own that writes a timestamp as it starts and ends.
+                let pass = match &timing {
+                    Some(t) => batch.timed_pass(t.writes(n)),
+                    None => batch.pass(),
+                };
                 pass.set_pipeline(&compiled[n].pipeline);
                 pass.set_bind_group(0, bind_group, &[]);
                 pass.dispatch_workgroups(*x, *y, 1);
                 stats.dispatches += 1;
             }
             st.recorded += dispatches.len() as u64;
+        }
+        if let Some(t) = &timing {
+            t.resolve(batch.encoder());
         }
         for (&slot, buffer) in job.reads.iter().zip(&staged) {
             let bytes = job.buffers[slot].bytes;
@@ -192,6 +201,7 @@ impl WgpuBackend {
         let held = if batch.realizes == 0 {
             false
         } else if !staged.is_empty()
+            || job.profile
             || batch.realizes >= batch::MAX_REALIZES
             || st.in_flight.room(depth, batch.realizes)
         {
@@ -229,11 +239,17 @@ impl WgpuBackend {
         // What this job created and nobody keeps goes back: everything on failure (the values may be garbage).
         release_created(&mut st.pool, &job.buffers, keys, stats);
         outcome?;
+        // Profiled: the kernels' own times, waiting for them (a profile times kernels, not the pipeline).
+        let times = match &timing {
+            Some(t) => t.read(gpu)?,
+            None if job.profile => vec![None; job.kernels.len()],
+            None => Vec::new(),
+        };
         let reads = staged
             .into_iter()
             .zip(job.reads)
             .map(|(buffer, &slot)| st.reads.insert(readback::Pending::start(buffer, job.buffers[slot].bytes)))
             .collect();
-        Ok(Done { kept, reads })
+        Ok(Done { kept, reads, times })
     }
 }

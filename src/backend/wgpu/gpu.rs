@@ -19,6 +19,8 @@ pub struct Gpu {
     /// Whether f16 matmuls can run on the tensor cores: the device was created with
     /// `wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX`, which has a 16 x 16 x 16 f16 shape accumulating in f32.
     pub coop: bool,
+    /// Whether kernels can be timed on the GPU (`wgpu::Features::TIMESTAMP_QUERY`).
+    pub timestamps: bool,
     /// Whether kernels whose every index is in range by construction (matmul) still get wgpu's bounds checks
     /// (`LAZOR_SHADER_CHECKS`).
     pub checked: bool,
@@ -113,8 +115,12 @@ fn request(
 ) -> Result<(wgpu::Device, wgpu::Queue)> {
     // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory. A
     // pipeline cache where offered: compiled kernels are kept on disk between processes.
-    let mut features =
-        adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::PIPELINE_CACHE);
+    // Timestamp queries where offered: `Device::profile` times each kernel on the GPU.
+    let wanted = wgpu::Features::SUBGROUP
+        | wgpu::Features::SHADER_F16
+        | wgpu::Features::PIPELINE_CACHE
+        | wgpu::Features::TIMESTAMP_QUERY;
+    let mut features = adapter.features() & wanted;
     let coop = tensor_cores(adapter, info);
     if coop {
         features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
@@ -198,9 +204,24 @@ impl Gpu {
         let subgroups = device.features().contains(wgpu::Features::SUBGROUP);
         let f16 = device.features().contains(wgpu::Features::SHADER_F16);
         let coop = device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+        let timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let checked = crate::env::shader_checks();
         let poisoned = Mutex::new(None);
-        Ok(Gpu { device, queue, info, limits, subgroups, f16, coop, checked, memory, lost, uncaptured, poisoned })
+        Ok(Gpu {
+            device,
+            queue,
+            info,
+            limits,
+            subgroups,
+            f16,
+            coop,
+            timestamps,
+            checked,
+            memory,
+            lost,
+            uncaptured,
+            poisoned,
+        })
     }
 
     /// Whether the device was lost (leaves errors for [`Gpu::check_health`] to report).

@@ -10,6 +10,7 @@ mod params;
 mod pipelines;
 mod pool;
 mod readback;
+mod timing;
 
 use super::{Backend, Done, Job, ReadId};
 use crate::error::Result;

@@ -1,0 +1,244 @@
+//! Per-kernel profiles: which kernels a piece of code ran, how often, for how long, moving how many bytes.
+
+use crate::device::Device;
+use crate::kernel::{Kernel, Kind};
+use std::fmt;
+use std::time::Duration;
+
+/// One kernel run, as the orchestrator records it while a device profiles.
+#[derive(Clone)]
+pub(crate) struct Run {
+    pub name: String,
+    /// GPU time from timestamp queries, host time on the CPU backend; `None` where the adapter cannot time.
+    pub time: Option<Duration>,
+    pub bytes: u64,
+    pub flops: u64,
+}
+
+impl Run {
+    /// The run of `kernel`, whose bindings hold `bytes` bytes.
+    pub fn of(kernel: &Kernel, bytes: u64, time: Option<Duration>) -> Run {
+        let flops = match kernel.kind {
+            Kind::Matmul(mm) => {
+                let d = kernel.shape.dims();
+                let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
+                let batch = kernel.shape.numel() / (m * n).max(1);
+                2 * (batch * m * n) as u64 * u64::from(kernel.params[mm.k_at])
+            }
+            _ => 0,
+        };
+        Run { name: kernel.name(), time, bytes, flops }
+    }
+}
+
+/// One kernel of a [`Profile`]: every dispatch of it the profiled code made, together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelProfile {
+    /// What it computes and over which shape, e.g. `matmul+add+relu [4096x4096]` (as `LAZOR_DEBUG` and
+    /// [`crate::debug::dot`] name it).
+    pub name: String,
+    /// How many times it ran.
+    pub dispatches: u64,
+    /// Its time over all dispatches: GPU time from timestamp queries on wgpu, host time on the CPU backend;
+    /// `None` where the adapter has no timestamp queries.
+    pub time: Option<Duration>,
+    /// Bytes its bindings hold (inputs read and outputs written), over all dispatches.
+    pub bytes: u64,
+    /// Floating-point operations of its matrix products (`2 m n k`), over all dispatches; 0 for other kernels.
+    pub flops: u64,
+}
+
+impl KernelProfile {
+    /// Bytes moved per second, in GB/s (1e9 bytes).
+    pub fn gb_per_s(&self) -> Option<f64> {
+        self.time.filter(|t| !t.is_zero()).map(|t| self.bytes as f64 / t.as_secs_f64() / 1e9)
+    }
+
+    /// Matrix-product rate in TFLOP/s, for kernels with products.
+    pub fn tflop_per_s(&self) -> Option<f64> {
+        let t = self.time.filter(|t| !t.is_zero() && self.flops > 0)?;
+        Some(self.flops as f64 / t.as_secs_f64() / 1e12)
+    }
+}
+
+/// The kernels some code ran on one device, slowest first: what [`Device::profile`] returns. `Display` prints a
+/// table.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    kernels: Vec<KernelProfile>,
+    device: String,
+}
+
+impl Profile {
+    /// Builds a profile from runs, one entry per kernel name, slowest first.
+    pub(crate) fn from_runs(runs: Vec<Run>, device: String) -> Profile {
+        let mut kernels: Vec<KernelProfile> = Vec::new();
+        for r in runs {
+            match kernels.iter_mut().find(|k| k.name == r.name) {
+                Some(k) => {
+                    k.dispatches += 1;
+                    k.time = k.time.zip(r.time).map(|(a, b)| a + b);
+                    k.bytes += r.bytes;
+                    k.flops += r.flops;
+                }
+                None => kernels.push(KernelProfile {
+                    name: r.name,
+                    dispatches: 1,
+                    time: r.time,
+                    bytes: r.bytes,
+                    flops: r.flops,
+                }),
+            }
+        }
+        kernels.sort_by_key(|k| std::cmp::Reverse(k.time));
+        Profile { kernels, device }
+    }
+
+    /// Every kernel, slowest first.
+    pub fn kernels(&self) -> &[KernelProfile] {
+        &self.kernels
+    }
+
+    /// Dispatches over all kernels.
+    pub fn dispatches(&self) -> u64 {
+        self.kernels.iter().map(|k| k.dispatches).sum()
+    }
+
+    /// Time over all kernels, where the device could time them.
+    pub fn total_time(&self) -> Option<Duration> {
+        self.kernels.iter().map(|k| k.time).sum()
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let us = |t: Option<Duration>| t.map_or("-".to_string(), |t| format!("{:.1}", t.as_secs_f64() * 1e6));
+        writeln!(
+            f,
+            "lazor profile on {}: {} dispatches, {} us",
+            self.device,
+            self.dispatches(),
+            us(self.total_time())
+        )?;
+        writeln!(f, "{:>10} {:>6} {:>10} {:>10}  kernel", "us", "share", "dispatches", "rate")?;
+        let total = self.total_time().map_or(0.0, |t| t.as_secs_f64());
+        for k in &self.kernels {
+            let share = k
+                .time
+                .filter(|_| total > 0.0)
+                .map_or("-".into(), |t| format!("{:.1}%", t.as_secs_f64() / total * 100.0));
+            let rate = match (k.tflop_per_s(), k.gb_per_s()) {
+                (Some(t), _) if t >= 1.0 => format!("{t:.1} TF/s"),
+                (Some(t), _) => format!("{t:.3} TF/s"),
+                (None, Some(g)) if g >= 10.0 => format!("{g:.0} GB/s"),
+                (None, Some(g)) => format!("{g:.2} GB/s"),
+                _ => "-".into(),
+            };
+            writeln!(f, "{:>10} {share:>6} {:>10} {rate:>10}  {}", us(k.time), k.dispatches, k.name)?;
+        }
+        Ok(())
+    }
+}
+
+impl Device {
+    /// Runs `f` and returns the kernels its realizes on this device ran: names, dispatches, GPU time from
+    /// timestamp queries where the adapter has them (host time on the CPU backend), bytes and rates, slowest
+    /// first. While profiling, every realize is submitted and waited for on its own, so the times are the kernels'
+    /// own; realizes outside profiling pay nothing. Profiles nest: an outer one (or `LAZOR_PROFILE=1`'s) also
+    /// counts what an inner one saw.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let dev = lazor::Device::default();
+    /// let x = lazor::Tensor::ones_on([1024, 1024], &dev);
+    /// let profile = dev.profile(|| (x.exp() + 1.0).sum_all().realize().unwrap());
+    /// println!("{profile}");
+    /// assert_eq!(profile.dispatches(), 1);
+    /// ```
+    pub fn profile<R>(&self, f: impl FnOnce() -> R) -> Profile {
+        let outer = self.state().profile.replace(Vec::new());
+        // What was held back before is not this code's.
+        self.inner.backend.flush_all();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let runs = {
+            let mut state = self.state();
+            let runs = state.profile.take().unwrap_or_default();
+            state.profile = outer.map(|mut o| {
+                o.extend(runs.iter().cloned());
+                o
+            });
+            runs
+        };
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+        Profile::from_runs(runs, self.name())
+    }
+
+    /// `LAZOR_PROFILE=1`: this device profiles everything from its creation, and the table is printed when the
+    /// process exits.
+    pub(crate) fn profile_until_exit(&self) {
+        self.state().profile = Some(Vec::new());
+        let mut devices = at_exit::DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+        devices.push(std::sync::Arc::downgrade(&self.inner));
+        at_exit::register();
+    }
+}
+
+/// Printing `LAZOR_PROFILE`'s tables when the process exits, for every device still alive.
+mod at_exit {
+    use crate::device::{Device, Inner};
+    use std::sync::{Mutex, Once, Weak};
+
+    pub static DEVICES: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+
+    extern "C" {
+        fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+    }
+
+    extern "C" fn print() {
+        let devices = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+        for inner in devices.iter().filter_map(Weak::upgrade) {
+            let dev = Device { inner };
+            let runs = dev.state().profile.take().unwrap_or_default();
+            eprint!("{}", super::Profile::from_runs(runs, dev.name()));
+        }
+    }
+
+    pub fn register() {
+        static ONCE: Once = Once::new();
+        // SAFETY: `atexit` is the C library's; `print` takes no arguments and does not unwind (it only formats).
+        ONCE.call_once(|| unsafe {
+            atexit(print);
+        });
+    }
+}
+
+/// A dropped device prints what `LAZOR_PROFILE=1` collected on it.
+pub(crate) fn print_on_drop(runs: Vec<Run>, device: String) {
+    if !runs.is_empty() {
+        eprint!("{}", Profile::from_runs(runs, device));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str, us: u64, bytes: u64) -> Run {
+        Run { name: name.into(), time: Some(Duration::from_micros(us)), bytes, flops: 0 }
+    }
+
+    #[test]
+    fn runs_of_one_kernel_add_up_and_the_slowest_comes_first() {
+        let p = Profile::from_runs(vec![run("a [4]", 5, 100), run("b [4]", 20, 8), run("a [4]", 5, 100)], "x".into());
+        assert_eq!(p.kernels().len(), 2);
+        assert_eq!(p.kernels()[0].name, "b [4]");
+        assert_eq!(p.kernels()[1].dispatches, 2);
+        assert_eq!(p.kernels()[1].bytes, 200);
+        assert_eq!(p.total_time(), Some(Duration::from_micros(30)));
+        assert_eq!(p.kernels()[1].gb_per_s().map(|g| (g * 1e3).round()), Some(20.0));
+        let text = p.to_string();
+        assert!(text.contains("3 dispatches, 30.0 us") && text.contains("66.7%"), "{text}");
+    }
+}
