@@ -86,13 +86,13 @@ fn mlp(dev: &Device, sizes: &[usize], batch: usize, steps: usize, profiled: bool
 
 /// The products a 3-layer MLP step needs, on realized operands: `x W1`, `h1 W2`, `h2 W3`, the weight gradients
 /// `x^T d1`, `h1^T d2`, `h2^T d3` and the input gradients `d3 W3^T`, `d2 W2^T`.
-fn matmuls_alone(dev: &Device, sizes: &[usize; 4], batch: usize, steps: usize) {
+fn matmuls_alone(dev: &Device, sizes: &[usize; 4], batch: usize, steps: usize, profiled: bool) {
     let w: Vec<Tensor> = (0..3).map(|i| random(dev, [sizes[i], sizes[i + 1]], 10 + i as u64, 0.05)).collect();
     let h: Vec<Tensor> = (0..3).map(|i| random(dev, [batch, sizes[i]], 20 + i as u64, 1.0)).collect();
     let d: Vec<Tensor> = (0..3).map(|i| random(dev, [batch, sizes[i + 1]], 30 + i as u64, 1.0)).collect();
     let all: Vec<&Tensor> = w.iter().chain(&h).chain(&d).collect();
     lazor::realize(&all).unwrap();
-    let (ms, dispatches) = time(dev, steps, || {
+    let step = || {
         let products = [
             h[0].matmul(&w[0]),
             h[1].matmul(&w[1]),
@@ -104,7 +104,12 @@ fn matmuls_alone(dev: &Device, sizes: &[usize; 4], batch: usize, steps: usize) {
             d[1].matmul(&w[1].t()),
         ];
         lazor::realize(&products.iter().collect::<Vec<_>>()).unwrap();
-    });
+    };
+    if profiled {
+        step();
+        println!("{}", dev.profile(step));
+    }
+    let (ms, dispatches) = time(dev, steps, step);
     println!("the 8 matmuls alone, batch {batch}: {ms:.3} ms/step, {dispatches} dispatches/step");
 }
 
@@ -115,7 +120,7 @@ fn main() {
     println!("device: {}", dev.name());
     let (large, batch, steps) = if quick { ([64, 96, 96, 10], 128, 3) } else { ([784, 1024, 1024, 10], 4096, 20) };
     mlp(&dev, &large, batch, steps, profiled);
-    matmuls_alone(&dev, &large, batch, steps);
+    matmuls_alone(&dev, &large, batch, steps, profiled);
     let (small, batch, steps) = if quick { ([64, 32, 10], 16, 3) } else { ([784, 128, 10], 64, 200) };
     mlp(&dev, &small, batch, steps, false);
 }

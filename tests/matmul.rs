@@ -362,3 +362,37 @@ fn f16_products_on_tensor_cores_and_tiles() {
         dev.set_tensor_cores(had);
     }
 }
+
+#[test]
+fn thin_products_are_folds_in_every_layout() {
+    // At most 16 rows or columns of output: a fold over k (two stages where k is long and outputs few).
+    for dev in devices() {
+        let mut rng = Rng::new(23);
+        for &(m, k, n) in &[(1000, 300, 10), (10, 257, 700), (7, 5000, 9), (16, 64, 17), (300, 4100, 3)] {
+            let a = rand(&dev, &mut rng, &[m, k]);
+            let b = rand(&dev, &mut rng, &[k, n]);
+            let at = rand(&dev, &mut rng, &[k, m]).t();
+            let bt = rand(&dev, &mut rng, &[n, k]).t();
+            let bias = rand(&dev, &mut rng, &[n]);
+            lazor::realize(&[&a, &b, &at, &bt, &bias]).unwrap();
+            let what = |s: &str| format!("{s} {m}x{k}x{n}");
+            check(&a.matmul(&b), k, &what("a @ b"));
+            check(&at.matmul(&b), k, &what("a^T @ b"));
+            check(&a.matmul(&bt), k, &what("a @ b^T"));
+            check(&at.matmul(&bt), k, &what("a^T @ b^T"));
+            // A prologue on the operand and an epilogue on the product stay in the fold's kernels.
+            let y = || ((at.relu() + 0.5).matmul(&b) + &bias).relu();
+            check(&y(), k, &what("relu(relu(a^T) + 0.5 @ b + bias)"));
+            assert!(dispatches(&y()) <= 2, "{}: {}", what("fused"), dev.name());
+        }
+        // Batched and broadcast, and f16 operands.
+        let a = rand(&dev, &mut rng, &[3, 200, 64]);
+        let b = rand(&dev, &mut rng, &[64, 5]);
+        check(&a.matmul(&b), 64, "[3, 200, 64] @ [64, 5]");
+        let b3 = rand(&dev, &mut rng, &[3, 64, 5]);
+        check(&a.matmul(&b3), 64, "[3, 200, 64] @ [3, 64, 5]");
+        let a16 = rand16(&dev, &mut rng, &[300, 128]);
+        let b16 = rand16(&dev, &mut rng, &[128, 12]);
+        check16(&a16.matmul(&b16), 128, "f16 300x128x12");
+    }
+}

@@ -117,14 +117,32 @@ pub(super) fn materialize(
         let inputs = node.op.inputs();
         loop {
             let this = inlined_cost(graph, &fusion, id);
-            // A matmul runs its operands' expressions on every load of a tile: only cheap ones stay inlined.
+            // A matmul runs its operands' expressions on every load of a tile: only cheap ones stay inlined, and
+            // none over another product or fold (a layer's bias and activation read by the next layer, or by a
+            // weight gradient through a transpose): the kernel producing that value stores it in its epilogue,
+            // once. Stored at the view's source, so a transposed read stays a view.
+            let over_product = |i: &NodeId| -> Option<NodeId> {
+                let src = view_source(graph, *i);
+                let cost = fusion.inlined.get(&src)?;
+                let reads_product =
+                    cost.leaves.iter().any(|l| matches!(graph.node(*l).op, Op::Matmul(..) | Op::Reduce(..)));
+                (cost.ops > 0 && reads_product && !fusion.is_buffer(graph, src) && graph.node(src).shape.numel() > 0)
+                    .then_some(src)
+            };
             let heavy = match node.op {
                 // An empty operand (k = 0) is never read: the product is zeros, and nothing empty is stored.
-                Op::Matmul(..) => inputs.iter().copied().find(|i| {
-                    fusion.inlined.get(i).is_some_and(|c| c.ops > MAX_PROLOGUE_OPS || c.leaves.len() > MAX_PROLOGUE_OPS)
-                        && !fusion.is_buffer(graph, *i)
-                        && graph.node(*i).shape.numel() > 0
-                }),
+                Op::Matmul(..) => inputs
+                    .iter()
+                    .copied()
+                    .find(|i| {
+                        fusion
+                            .inlined
+                            .get(i)
+                            .is_some_and(|c| c.ops > MAX_PROLOGUE_OPS || c.leaves.len() > MAX_PROLOGUE_OPS)
+                            && !fusion.is_buffer(graph, *i)
+                            && graph.node(*i).shape.numel() > 0
+                    })
+                    .or_else(|| inputs.iter().find_map(over_product)),
                 _ => None,
             };
             if let Some(h) = heavy {
@@ -172,6 +190,14 @@ pub(super) fn materialize(
         }
     }
     fusion
+}
+
+/// The node under `id`'s views: what a view reads.
+fn view_source(graph: &Graph, mut id: NodeId) -> NodeId {
+    while let Op::View(_, src) = graph.node(id).op {
+        id = src;
+    }
+    id
 }
 
 /// What evaluating `id` inline costs, given the nodes stored so far and the costs of its inputs.

@@ -20,6 +20,12 @@ const TALL: MatmulTile = MatmulTile { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 };
 const WIDE: MatmulTile = MatmulTile { bm: 64, bn: 128, bk: 8, tm: 4, tn: 8 };
 const MIN_LARGE_GROUPS: usize = 264;
 
+/// Products with at most this many rows or columns of output are folds over k, like matrix-vector products: a
+/// tile would be mostly empty and there would be few of them, each walking all of k alone. The weight gradient of
+/// a 10-class output layer, `h^T @ d` of [1024, 4096] x [4096, 10], took 699 us as a tiled kernel on the H200
+/// (0.12 TFLOP/s: 16 workgroups of 64 x 64, 10 columns used).
+const THIN: usize = 16;
+
 /// The tile for a product of `batch` matrices of `m` x `n` outputs; `f16` when both operands are f16, which run on
 /// tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3 (H200, 110 and
 /// 118 TFLOP/s against 102 and 99 for 128 x 128; docs/matmul.md), at a cost of about 5% to the tiled kernel.
@@ -50,7 +56,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let out = graph.node(mm).shape.clone();
     let r = out.ndim();
     let (m, n) = (out.dims()[r - 2], out.dims()[r - 1]);
-    if m == 1 || n == 1 {
+    if m.min(n) <= THIN {
         return matrix_vector(cx);
     }
     let GroupCtx { fusion, grp, written, slot, .. } = cx;
@@ -119,10 +125,11 @@ fn contiguous_along(graph: &Graph, id: NodeId, axis: usize) -> bool {
     }
 }
 
-/// `m = 1` or `n = 1`: every output is a dot product of k elements, each matrix element is read once, and the
-/// work is a fold of `a * b` over k, laid out so that the matrix is read along its contiguous axis: k innermost
-/// (a team of threads per output) when the matrix is contiguous along k, otherwise k outer (a thread per output,
-/// neighbours reading neighbours).
+/// Thin products (`m` or `n` at most [`THIN`]; `m = 1` or `n = 1` are matrix-vector products): every output is a
+/// dot product of k elements, and the work is a fold of `a * b` over k, laid out so that the larger operand is
+/// read along its contiguous axis: k innermost (a team of threads per output) when it is contiguous along k,
+/// otherwise k outer (a thread per output, neighbours reading neighbours). Long k with few outputs folds in two
+/// stages (the reduce path's chunks), so the GPU fills.
 fn matrix_vector(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let graph = cx.graph;
     let Op::Matmul(a, b) = graph.node(cx.grp.members[0]).op else {
@@ -131,20 +138,27 @@ fn matrix_vector(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
     let r = sa.ndim();
     let (m, k, n) = (sa.dims()[r - 2], sa.dims()[r - 1], sb.dims()[r - 1]);
-    // The output axis that varies (`p` outputs per matrix), and whether the matrix is read along k.
-    let (p, k_inner) = if n == 1 {
-        (m, m == 1 || contiguous_along(graph, a, r - 1))
+    // Whether the larger operand is read along k.
+    let k_inner = if m >= n {
+        m == 1 || contiguous_along(graph, a, r - 1)
     } else {
-        (n, contiguous_along(graph, b, r - 2) && !contiguous_along(graph, b, r - 1))
+        contiguous_along(graph, b, r - 2) && !contiguous_along(graph, b, r - 1)
     };
     let batch: Vec<Option<usize>> = (0..r - 2).map(Some).collect();
     let mut domain: Vec<usize> = sa.dims()[..r - 2].to_vec();
-    // Per domain axis after the batch: (extent, A's axis, B's axis).
-    let (row, col) = if n == 1 { (Some(r - 2), None) } else { (None, Some(r - 1)) };
-    let tail = if k_inner {
-        [(p, row, col), (k, Some(r - 1), Some(r - 2))]
+    // Per domain axis after the batch: (extent, A's axis, B's axis). The output axes in row-major order (a vector
+    // product keeps only the one that varies), and k inside or outside them.
+    let mut outputs = vec![(m, Some(r - 2), None), (n, None, Some(r - 1))];
+    if n == 1 {
+        outputs.pop();
+    } else if m == 1 {
+        outputs.remove(0);
+    }
+    let along_k = (k, Some(r - 1), Some(r - 2));
+    let tail: Vec<(usize, Option<usize>, Option<usize>)> = if k_inner {
+        outputs.into_iter().chain([along_k]).collect()
     } else {
-        [(k, Some(r - 1), Some(r - 2)), (p, row, col)]
+        [along_k].into_iter().chain(outputs).collect()
     };
     let mut axes_a = batch.clone();
     let mut axes_b = batch;
@@ -161,7 +175,7 @@ fn matrix_vector(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
         // Products and their sum in f32, whatever the operands' float type: rounded once, at the end.
         Ok(l.push(Instr::Binary(BinaryOp::Mul, x, y), DType::F32))
     };
-    let axis = if k_inner { r - 1 } else { r - 2 };
+    let axis = if k_inner { domain.len() - 1 } else { r - 2 };
     let fold = Fold { op: ReduceOp::Sum, domain: Shape::from(domain), axis, dtype: DType::F32, value: &mut value };
     lower_fold(cx, fold)
 }

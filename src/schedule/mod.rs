@@ -465,11 +465,12 @@ mod tests {
     fn a_product_reading_a_row_fold_is_not_a_phase_of_its_rows_kernel() {
         // `(x - max) + (x * max) @ w`: the product has the rows' shape and reads their fold, but is its own kernel.
         let mut g = Graph::default();
-        let x = data(&mut g, &[2, 3]);
-        let w = data(&mut g, &[3, 3]);
+        // Wider than a thin product, which would be a fold.
+        let x = data(&mut g, &[32, 48]);
+        let w = data(&mut g, &[48, 48]);
         let m = fold(&mut g, crate::op::ReduceOp::Max, x, 1);
         let scaled = bin(&mut g, BinaryOp::Mul, x, m);
-        let p = g.add(Op::Matmul(scaled, w), Shape::from([2, 3]), DType::F32);
+        let p = g.add(Op::Matmul(scaled, w), Shape::from([32, 48]), DType::F32);
         let d = bin(&mut g, BinaryOp::Sub, x, m);
         let out = bin(&mut g, BinaryOp::Add, d, p);
         let pl = plan(&g, &[out], &FUSE);
