@@ -13,7 +13,7 @@ use crate::view::View;
 
 /// The blocking table, by shape. Large tiles reuse each loaded element the most (8 x 8 outputs per thread), but a
 /// GPU needs a few workgroups per compute unit: products with fewer large tiles than `MIN_LARGE_GROUPS` use 64 x 64
-/// tiles, and thin ones a tile that matches their shape. Tuned on the H200 (docs/BENCHMARKS.md#matmul).
+/// tiles, and thin ones a tile that matches their shape. Tuned on the H200 (docs/notes/benchmarks-log.md#matmul).
 const LARGE: MatmulTile = MatmulTile { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 };
 const SMALL: MatmulTile = MatmulTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
 const TALL: MatmulTile = MatmulTile { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 };
