@@ -2,7 +2,7 @@
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::WgpuBackend;
-use crate::backend::Backend;
+use crate::backend::{Backends, WgpuOnly};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
 use crate::realize::State;
@@ -28,7 +28,7 @@ pub struct Device {
 }
 
 pub(crate) struct Inner {
-    pub backend: Box<dyn Backend>,
+    pub backend: Backends,
     state: Mutex<State>,
     fuse: AtomicBool,
     /// `LAZOR_MAX_FUSED_OPS`, read once.
@@ -50,7 +50,7 @@ impl Device {
     /// [`Error::NoAdapter`] when no adapter matches, [`Error::DeviceCreation`] when the adapter refuses,
     /// [`Error::Env`] for a bad `LAZOR_BACKEND`.
     pub fn new() -> Result<Device> {
-        Ok(Device::with_backend(Box::new(WgpuBackend::open(false)?)))
+        Ok(Device::with_backend(Backends::wgpu_backend(WgpuBackend::open(false)?)))
     }
 
     /// Opens an independent device on the host's cores: the same graphs, fused the same way, run by the CPU
@@ -64,15 +64,15 @@ impl Device {
     /// assert_eq!(cpu.stats().dispatches, 1);
     /// ```
     pub fn cpu() -> Device {
-        Device::with_backend(Box::new(CpuBackend::new()))
+        Device::with_backend(Backends::cpu(CpuBackend::new()))
     }
 
     /// Whether this device runs on the CPU backend.
     pub fn is_cpu(&self) -> bool {
-        self.inner.backend.as_any().is::<CpuBackend>()
+        self.inner.backend.is_cpu()
     }
 
-    fn with_backend(backend: Box<dyn Backend>) -> Device {
+    fn with_backend(backend: Backends) -> Device {
         let dev = Device {
             inner: Arc::new(Inner {
                 backend,
@@ -93,8 +93,8 @@ impl Device {
     /// # Panics
     /// If the device runs on another backend.
     #[track_caller]
-    fn wgpu(&self) -> &WgpuBackend {
-        match self.inner.backend.as_any().downcast_ref::<WgpuBackend>() {
+    fn wgpu(&self) -> &dyn WgpuOnly {
+        match self.inner.backend.wgpu() {
             Some(w) => w,
             None => panic!("lazor: {} is not a wgpu device", self.inner.backend.name()),
         }
@@ -132,7 +132,7 @@ impl Device {
             Some("cpu") => Ok(Device::cpu()),
             Some(_) => Device::new(),
             None => match WgpuBackend::open(true) {
-                Ok(gpu) => Ok(Device::with_backend(Box::new(gpu))),
+                Ok(gpu) => Ok(Device::with_backend(Backends::wgpu_backend(gpu))),
                 Err(Error::NoAdapter(_)) => Ok(Device::cpu()),
                 Err(e) => {
                     eprintln!("lazor: {e}; using the CPU backend");
@@ -184,7 +184,7 @@ impl Device {
     /// # Panics
     /// If the device is not a wgpu device.
     pub fn adapter_name(&self) -> String {
-        self.wgpu().gpu.info.name.clone()
+        self.wgpu().gpu().info.name.clone()
     }
 
     /// The adapter's backend ("Vulkan", "Metal", ...).
@@ -192,7 +192,7 @@ impl Device {
     /// # Panics
     /// If the device is not a wgpu device.
     pub fn backend(&self) -> String {
-        format!("{:?}", self.wgpu().gpu.info.backend)
+        format!("{:?}", self.wgpu().gpu().info.backend)
     }
 
     /// The adapter's description: name, vendor, device type, backend, driver.
@@ -200,14 +200,14 @@ impl Device {
     /// # Panics
     /// If the device is not a wgpu device.
     pub fn adapter_info(&self) -> wgpu::AdapterInfo {
-        self.wgpu().gpu.info.clone()
+        self.wgpu().gpu().info.clone()
     }
 
     /// The file where this device keeps compiled pipelines between processes (`LAZOR_CACHE_DIR`), or `None` where
     /// it keeps none: the CPU backend, an adapter without `wgpu::Features::PIPELINE_CACHE` (only Vulkan has it),
     /// or `LAZOR_CACHE_DIR` set empty.
     pub fn pipeline_cache_file(&self) -> Option<std::path::PathBuf> {
-        self.inner.backend.as_any().downcast_ref::<WgpuBackend>()?.pipeline_cache_file()
+        self.inner.backend.wgpu()?.pipeline_cache_file()
     }
 
     /// A human-readable name of the device and its backend, e.g. "NVIDIA H200 (Vulkan)".
@@ -222,7 +222,7 @@ impl Device {
     /// # Panics
     /// If the device is not a wgpu device.
     pub fn wgpu_device(&self) -> &wgpu::Device {
-        &self.wgpu().gpu.device
+        &self.wgpu().gpu().device
     }
 
     /// The underlying wgpu queue: what lazor submits to, in order with anything submitted here. Getting it submits
@@ -233,8 +233,8 @@ impl Device {
     /// If the device is not a wgpu device.
     pub fn wgpu_queue(&self) -> &wgpu::Queue {
         let wgpu = self.wgpu();
-        wgpu.flush_all();
-        &wgpu.gpu.queue
+        self.inner.backend.flush_all();
+        &wgpu.gpu().queue
     }
 
     /// Submits the realizes this device holds back. While the GPU has work in flight, a wgpu device records later
@@ -254,12 +254,14 @@ impl Device {
     /// realize back until a read, `synchronize`, `flush`, or a batch of 64 realizes: the fewest submits, for
     /// programs that realize many small results and then read them. No effect on the CPU backend.
     pub fn set_queue_depth(&self, depth: usize) {
-        self.inner.backend.set_queue_depth(depth);
+        if let Some(w) = self.inner.backend.wgpu() {
+            w.set_queue_depth(depth);
+        }
     }
 
     /// How many submits the submit thread keeps in flight (0 on the CPU backend, which holds nothing back).
     pub fn queue_depth(&self) -> usize {
-        self.inner.backend.queue_depth()
+        self.inner.backend.wgpu().map_or(0, |w| w.queue_depth())
     }
 
     /// Turns fusion on (the default) or off (one kernel per op, as with `LAZOR_NOFUSE=1`) for later realizes.
@@ -271,23 +273,27 @@ impl Device {
     /// `LAZOR_NO_SUBGROUPS=1`), or keeps them on the workgroup-memory path. Both give the same answers to within
     /// rounding; tests run both.
     pub fn set_subgroups(&self, on: bool) {
-        self.inner.backend.set_subgroups(on);
+        if let Some(w) = self.inner.backend.wgpu() {
+            w.set_subgroups(on);
+        }
     }
 
     /// Whether generated kernels use subgroup operations.
     pub fn subgroups(&self) -> bool {
-        self.inner.backend.subgroups()
+        self.inner.backend.wgpu().is_some_and(|w| w.subgroups())
     }
 
     /// Binds f16 buffers natively (`wgpu::Features::SHADER_F16`, where the adapter has it) or, with `false`, packed
     /// two to a 32-bit word as on adapters without it (also `LAZOR_NO_F16=1`). Both give the same bits.
     pub fn set_native_f16(&self, on: bool) {
-        self.inner.backend.set_native_f16(on);
+        if let Some(w) = self.inner.backend.wgpu() {
+            w.set_native_f16(on);
+        }
     }
 
     /// Whether f16 buffers are bound natively.
     pub fn native_f16(&self) -> bool {
-        self.inner.backend.native_f16()
+        self.inner.backend.wgpu().is_some_and(|w| w.native_f16())
     }
 
     /// Runs f16 x f16 matmuls on the tensor cores, through `wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX`, where
@@ -295,12 +301,14 @@ impl Device {
     /// with `false`, on the tiled kernel every adapter runs. Both accumulate in f32 and round once; they differ only
     /// in the order of the sums.
     pub fn set_tensor_cores(&self, on: bool) {
-        self.inner.backend.set_tensor_cores(on);
+        if let Some(w) = self.inner.backend.wgpu() {
+            w.set_tensor_cores(on);
+        }
     }
 
     /// Whether f16 matmuls run on the tensor cores (false where the device has none, and on the CPU backend).
     pub fn tensor_cores(&self) -> bool {
-        self.inner.backend.tensor_cores()
+        self.inner.backend.wgpu().is_some_and(|w| w.tensor_cores())
     }
 
     /// Whether later realizes fuse.
@@ -318,7 +326,7 @@ impl Device {
     /// # Errors
     /// [`Error::DeviceLost`] if the device was lost.
     pub fn synchronize(&self) -> Result<()> {
-        self.inner.backend.synchronize()
+        self.inner.backend.synchronize().map_err(|e| e.on_device(&self.name()))
     }
 
     /// Storage buffers one kernel may bind on this device, parameters included.

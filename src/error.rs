@@ -73,8 +73,8 @@ pub enum Error {
         /// Bytes one binding may cover on this adapter.
         limit: u64,
     },
-    /// The device ran out of memory.
-    #[error("lazor: out of GPU memory: {0}")]
+    /// The device ran out of memory; the message names the device (the CPU backend runs out of host memory).
+    #[error("lazor: out of memory: {0}")]
     OutOfMemory(String),
     /// A generated kernel did not compile; the message names the kernel.
     #[error("lazor: kernel `{kernel}` failed to compile: {message}")]
@@ -105,5 +105,38 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The same error, its message naming the device it came from (a runtime failure: memory, a kernel, a lost
+    /// device, a read-back).
+    pub(crate) fn on_device(self, device: &str) -> Error {
+        let named = |m: String| if m.starts_with(device) { m } else { format!("{device}: {m}") };
+        match self {
+            Error::OutOfMemory(m) => Error::OutOfMemory(named(m)),
+            Error::Validation(m) => Error::Validation(named(m)),
+            Error::DeviceLost(m) => Error::DeviceLost(named(m)),
+            Error::ReadBack(m) => Error::ReadBack(named(m)),
+            Error::KernelCompile { kernel, message } => Error::KernelCompile { kernel, message: named(message) },
+            other => other,
+        }
+    }
+}
+
 /// `Result` with lazor's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_errors_name_their_device_once() {
+        let e = Error::OutOfMemory("4096 bytes of host memory".into()).on_device("CPU (2 threads)");
+        assert_eq!(e.to_string(), "lazor: out of memory: CPU (2 threads): 4096 bytes of host memory");
+        let again = e.on_device("CPU (2 threads)");
+        assert_eq!(again.to_string(), "lazor: out of memory: CPU (2 threads): 4096 bytes of host memory");
+        let lost = Error::DeviceLost("driver reset".into()).on_device("NVIDIA H200 (Vulkan)");
+        assert!(lost.to_string().contains("NVIDIA H200 (Vulkan): driver reset"));
+        let shape = Error::DType { op: "add", message: "x".into() }.on_device("gpu");
+        assert_eq!(shape.to_string(), "lazor: add: x");
+    }
+}

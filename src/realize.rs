@@ -63,6 +63,11 @@ impl Device {
     /// Realizes `outputs` as one job and, in it, starts reading back each of `read` (a subset of `outputs`).
     /// Returns the read-backs in the order of `read`; `None` for an empty tensor.
     pub(crate) fn run(&self, outputs: &[NodeId], read: &[NodeId]) -> Result<Vec<Option<ReadId>>> {
+        self.run_job(outputs, read).map_err(|e| e.on_device(&self.name()))
+    }
+
+    /// [`Device::run`], its runtime errors not yet naming the device.
+    fn run_job(&self, outputs: &[NodeId], read: &[NodeId]) -> Result<Vec<Option<ReadId>>> {
         let backend = &*self.inner.backend;
         backend.check_health()?;
         let start = Instant::now();
@@ -179,7 +184,7 @@ impl Device {
                 }
             }
         }
-        first_err.map_or(Ok(out), Err)
+        first_err.map_or(Ok(out), |e: Error| Err(e.on_device(&self.name())))
     }
 
     /// Realizes `ids` in one job and reads back the words of their buffers, blocking.

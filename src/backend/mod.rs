@@ -60,7 +60,9 @@ pub(crate) struct Done {
     pub times: Vec<Option<std::time::Duration>>,
 }
 
-/// A device that runs kernel IR.
+/// What every backend does: run kernel IR over its buffers, read them back, keep a pool. What only the wgpu
+/// backend has (a queue depth, subgroups, native f16, tensor cores, a pipeline cache) is reached through
+/// [`Backends::wgpu`], so no method here does nothing on some backend.
 pub(crate) trait Backend: Send + Sync {
     /// A human-readable name of the device, e.g. "NVIDIA H200 (Vulkan)".
     fn name(&self) -> String;
@@ -78,19 +80,12 @@ pub(crate) trait Backend: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// Lets the device make progress without blocking.
     fn poll(&self) -> Result<()>;
-    /// Starts any work the backend holds back (realizes batched while the GPU was busy).
-    fn flush_all(&self) {}
-    /// Sets how many submits the backend keeps in flight; realizes made while one is in flight are batched.
-    fn set_queue_depth(&self, _depth: usize) {}
-    /// How many submits the backend keeps in flight.
-    fn queue_depth(&self) -> usize {
-        0
-    }
+    /// Starts any work the backend holds back (realizes batched while the GPU was busy; the CPU backend holds
+    /// none).
+    fn flush_all(&self);
     /// Submits made, where the backend counts them itself (the wgpu backend submits held-back realizes from a
-    /// thread of its own, outside any realize).
-    fn submits(&self) -> Option<u64> {
-        None
-    }
+    /// thread of its own, outside any realize); `None` where every submit is a realize's, counted in `Stats`.
+    fn submits(&self) -> Option<u64>;
     /// Whether a read-back has arrived.
     fn read_ready(&self, id: ReadId) -> bool;
     /// Lends the words of a read-back (the buffer's bytes, whole words) to `f`, waiting for them if needed; the
@@ -112,24 +107,69 @@ pub(crate) trait Backend: Send + Sync {
     fn set_pool_budget(&self, bytes: u64);
     /// Drops every free buffer; returns the bytes given back.
     fn trim(&self) -> u64;
+}
+
+/// What only the wgpu backend has: the device and queue, a queue depth, subgroups, native f16, tensor cores, a
+/// pipeline cache on disk. `Device`'s knobs for them reach it through [`Backends::wgpu`] and do nothing on the CPU
+/// backend, as their documentation says.
+pub(crate) trait WgpuOnly: Send + Sync {
+    /// The open wgpu device and what lazor knows about it.
+    fn gpu(&self) -> &wgpu::gpu::Gpu;
+    /// Sets how many submits are kept in flight; realizes made while one is in flight are batched.
+    fn set_queue_depth(&self, depth: usize);
+    /// How many submits are kept in flight.
+    fn queue_depth(&self) -> usize;
     /// Turns subgroup operations in generated kernels on (where the device has them) or off.
-    fn set_subgroups(&self, _on: bool) {}
+    fn set_subgroups(&self, on: bool);
     /// Whether generated kernels use subgroup operations.
-    fn subgroups(&self) -> bool {
-        false
-    }
-    /// Turns native f16 buffers on (where the device has them) or off (f16 packed two to a word).
-    fn set_native_f16(&self, _on: bool) {}
+    fn subgroups(&self) -> bool;
+    /// Binds f16 buffers natively (where the device has them) or packed two to a word.
+    fn set_native_f16(&self, on: bool);
     /// Whether f16 buffers are bound natively.
-    fn native_f16(&self) -> bool {
-        false
-    }
+    fn native_f16(&self) -> bool;
     /// Turns the tensor-core (cooperative matrix) f16 matmul on (where the device has it) or off.
-    fn set_tensor_cores(&self, _on: bool) {}
+    fn set_tensor_cores(&self, on: bool);
     /// Whether f16 matmuls run on tensor cores.
-    fn tensor_cores(&self) -> bool {
-        false
+    fn tensor_cores(&self) -> bool;
+    /// The file of the driver's pipeline cache, where there is one.
+    fn pipeline_cache_file(&self) -> Option<std::path::PathBuf>;
+}
+
+/// The backend of a device: what every backend does (by `Deref` to [`Backend`]) and, on wgpu, what only it has.
+/// Both are trait objects: a device holds no concrete backend type, so `Send`/`Sync` of a `Device` (and of
+/// everything holding one) is settled by the traits' bounds rather than by walking wgpu's types.
+pub(crate) struct Backends {
+    common: std::sync::Arc<dyn Backend>,
+    wgpu: Option<std::sync::Arc<dyn WgpuOnly>>,
+}
+
+impl Backends {
+    /// The CPU backend.
+    pub fn cpu(backend: cpu::CpuBackend) -> Backends {
+        Backends { common: std::sync::Arc::new(backend), wgpu: None }
     }
-    /// For downcasting to a concrete backend (interop accessors).
-    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// A wgpu backend.
+    pub fn wgpu_backend(backend: wgpu::WgpuBackend) -> Backends {
+        let shared = std::sync::Arc::new(backend);
+        Backends { common: shared.clone(), wgpu: Some(shared) }
+    }
+
+    /// What only the wgpu backend has; `None` on the CPU backend.
+    pub fn wgpu(&self) -> Option<&dyn WgpuOnly> {
+        self.wgpu.as_deref()
+    }
+
+    /// Whether this is the CPU backend.
+    pub fn is_cpu(&self) -> bool {
+        self.wgpu.is_none()
+    }
+}
+
+impl std::ops::Deref for Backends {
+    type Target = dyn Backend;
+
+    fn deref(&self) -> &(dyn Backend + 'static) {
+        &*self.common
+    }
 }

@@ -40,7 +40,7 @@ fn alloc_zeroed(len: usize) -> Result<Vec<f32>> {
     if len == 0 {
         return Ok(Vec::new());
     }
-    let oom = || Error::OutOfMemory(format!("{} bytes on the CPU", len * 4));
+    let oom = || Error::OutOfMemory(format!("{} bytes of host memory", len * 4));
     let layout = std::alloc::Layout::array::<f32>(len).map_err(|_| oom())?;
     // SAFETY: the layout is non-empty; a null pointer is handled; the memory is zeroed, a valid bit pattern for
     // f32, and is handed to a Vec with the layout's length and capacity, which frees it with the same layout.
@@ -239,7 +239,11 @@ impl Backend for CpuBackend {
         bytes
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn flush_all(&self) {
+        // Nothing is held back: every realize ran when it was made.
+    }
+
+    fn submits(&self) -> Option<u64> {
+        None
     }
 }

@@ -270,16 +270,6 @@ impl Backend for WgpuBackend {
         self.flush(&mut st);
     }
 
-    fn set_queue_depth(&self, depth: usize) {
-        self.depth.store(depth, Ordering::Relaxed);
-        // A deeper queue may have room for what is held back now.
-        self.wake();
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.depth.load(Ordering::Relaxed)
-    }
-
     fn submits(&self) -> Option<u64> {
         Some(self.state().in_flight.made())
     }
@@ -324,6 +314,26 @@ impl Backend for WgpuBackend {
         st.bind_groups.sync(dropped);
         bytes
     }
+}
+
+impl crate::backend::WgpuOnly for WgpuBackend {
+    fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    fn pipeline_cache_file(&self) -> Option<std::path::PathBuf> {
+        WgpuBackend::pipeline_cache_file(self)
+    }
+
+    fn set_queue_depth(&self, depth: usize) {
+        self.depth.store(depth, Ordering::Relaxed);
+        // A deeper queue may have room for what is held back now.
+        self.wake();
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.depth.load(Ordering::Relaxed)
+    }
 
     fn set_subgroups(&self, on: bool) {
         self.subgroups.store(on && self.gpu.subgroups, Ordering::Relaxed);
@@ -347,9 +357,5 @@ impl Backend for WgpuBackend {
 
     fn tensor_cores(&self) -> bool {
         self.coop.load(Ordering::Relaxed)
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }
