@@ -50,7 +50,18 @@ impl Device {
     /// The scheduler's options for this device as it is set now.
     pub(crate) fn schedule_options(&self) -> Options {
         let backend = &*self.inner.backend;
-        Options { fuse: self.fusion(), max_bindings: backend.max_bindings(), max_ops: self.inner.max_ops }
+        Options {
+            fuse: self.fusion(),
+            max_bindings: backend.max_bindings(),
+            max_ops: self.inner.max_ops,
+            matmul_tile: crate::env::matmul_tile().map(|[bm, bn, bk, tm, tn]| crate::kernel::MatmulTile {
+                bm,
+                bn,
+                bk,
+                tm,
+                tn,
+            }),
+        }
     }
 
     /// Gives buffers of freed nodes back to the backend.

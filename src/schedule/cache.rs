@@ -158,6 +158,8 @@ impl PlanCache {
         key.clear();
         place.clear();
         key.extend([u64::from(opts.fuse), opts.max_bindings as u64, opts.max_ops as u64, order.len() as u64]);
+        let tile = opts.matmul_tile.map_or([0; 5], |t| [t.bm, t.bn, t.bk, t.tm, t.tn]);
+        key.extend(tile.map(u64::from));
         for (p, &id) in order.iter().enumerate() {
             place.insert(id, p as u32);
             let node = graph.node(id);
@@ -188,7 +190,7 @@ mod tests {
     use crate::shape::Shape;
     use crate::view::View;
 
-    const FUSE: Options = Options { fuse: true, max_bindings: 8, max_ops: 256 };
+    const FUSE: Options = Options { fuse: true, max_bindings: 8, max_ops: 256, matmul_tile: None };
 
     /// A layer norm of `x` as users write it: `(x - mean) / sqrt(var + eps)`.
     fn layer_norm(g: &mut Graph, x: NodeId, eps: f32) -> NodeId {

@@ -33,6 +33,9 @@ pub struct Options {
     /// Ops one kernel may compute (`LAZOR_MAX_FUSED_OPS`): driver compile time grows faster than linearly with
     /// kernel length, while past ~100 ops per element a kernel is compute-bound and a split costs nothing.
     pub max_ops: usize,
+    /// The blocking every tiled matmul uses instead of the shape table (`LAZOR_MATMUL_TILE`, a tuning knob read
+    /// by the device, not here: the scheduler reads no environment of its own).
+    pub matmul_tile: Option<crate::kernel::MatmulTile>,
 }
 
 /// A group of materialized nodes: one future kernel.

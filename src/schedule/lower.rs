@@ -604,6 +604,8 @@ pub(super) struct GroupCtx<'a> {
     pub slot: &'a mut dyn FnMut(NodeId) -> usize,
     /// Makes a plan buffer of that many bytes for partial folds.
     pub scratch: &'a mut dyn FnMut(u64) -> usize,
+    /// The blocking every tiled matmul uses instead of the shape table ([`super::Options::matmul_tile`]).
+    pub tile: Option<crate::kernel::MatmulTile>,
 }
 
 /// Lowers one elementwise group to a kernel. Fails with a node that must be materialized first.

@@ -29,9 +29,9 @@ const THIN: usize = 16;
 /// The tile for a product of `batch` matrices of `m` x `n` outputs; `f16` when both operands are f16, which run on
 /// tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3 (H200, 110 and
 /// 118 TFLOP/s against 102 and 99 for 128 x 128; docs/matmul.md), at a cost of about 5% to the tiled kernel.
-pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool) -> MatmulTile {
-    if let Some([bm, bn, bk, tm, tn]) = crate::env::matmul_tile() {
-        return MatmulTile { bm, bn, bk, tm, tn };
+pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, forced: Option<MatmulTile>) -> MatmulTile {
+    if let Some(tile) = forced {
+        return tile;
     }
     if f16 && WIDE.groups(m, n) * batch >= MIN_LARGE_GROUPS {
         return WIDE;
@@ -59,7 +59,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     if m.min(n) <= THIN {
         return matrix_vector(cx);
     }
-    let GroupCtx { fusion, grp, written, slot, .. } = cx;
+    let GroupCtx { fusion, grp, written, slot, tile: forced, .. } = cx;
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
     let k = sa.dims()[r - 1];
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &out, out.numel()), slot);
@@ -76,7 +76,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let (a_along_k, b_along_k) = (along_k(&l.k, 0..a_end, r - 1, r - 2), along_k(&l.k, a_end..b_end, r - 2, r - 1));
     let batch = out.numel() / (m * n);
     let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
-    let tile = choose_tile(m, n, batch, f16);
+    let tile = choose_tile(m, n, batch, f16, forced);
     l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile });
     Ok(vec![l.k])
 }

@@ -173,6 +173,7 @@ fn plan_ordered(graph: &Graph, unique: Vec<NodeId>, seen: &FastSet<NodeId>, orde
                     written: &written,
                     slot: &mut |id| cell.borrow_mut().get(id),
                     scratch: &mut |bytes| cell.borrow_mut().scratch(head, bytes),
+                    tile: opts.matmul_tile,
                 };
                 match g.head {
                     Some(_) if g.rows => kernels.push(reduce::lower_rows(cx)?),
@@ -250,8 +251,8 @@ mod tests {
     use crate::op::{BinaryOp, UnaryOp};
     use crate::shape::Shape;
 
-    const FUSE: Options = Options { fuse: true, max_bindings: 8, max_ops: 256 };
-    const NOFUSE: Options = Options { fuse: false, max_bindings: 8, max_ops: 256 };
+    const FUSE: Options = Options { fuse: true, max_bindings: 8, max_ops: 256, matmul_tile: None };
+    const NOFUSE: Options = Options { fuse: false, max_bindings: 8, max_ops: 256, matmul_tile: None };
 
     /// `((a + b) * 5.0 - c) / 2.0`
     fn chain3(g: &mut Graph, n: usize) -> NodeId {

@@ -63,7 +63,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
 
 /// Lowers `fold` with the rest of the group as its epilogue, in one kernel or two.
 pub(super) fn lower_fold(cx: GroupCtx, fold: Fold) -> Result<Vec<Kernel>, NodeId> {
-    let GroupCtx { graph, fusion, grp, written, slot, scratch } = cx;
+    let GroupCtx { graph, fusion, grp, written, slot, scratch, .. } = cx;
     let Fold { op, domain: input, axis, dtype, value: fold_value } = fold;
     let mut out_dims = input.dims().to_vec();
     out_dims[axis] = 1;
