@@ -11,6 +11,18 @@ pub fn wrong(e: impl Display) -> bool {
     false
 }
 
+/// Whether tensors of `bytes` fit `dev`; where they do not, prints that `case` at `size` is skipped.
+pub fn fits(dev: &Device, case: &str, size: &str, bytes: u64) -> bool {
+    let fits = bytes <= dev.max_tensor_bytes();
+    if !fits {
+        println!(
+            "- skipped {case} at {size}: its {bytes}-byte tensors exceed this device's max_tensor_bytes ({})",
+            dev.max_tensor_bytes()
+        );
+    }
+    fits
+}
+
 /// Largest relative difference between `got` and the host's value of each element, relative to `max(|v|, 1)`;
 /// NaN if any value is NaN.
 pub fn worst_error(got: &[f32], want: impl Fn(usize) -> f32) -> f32 {

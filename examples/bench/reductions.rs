@@ -1,6 +1,6 @@
 //! The reductions section: sums, dot, softmax and layer norm, fused and unfused, against the targets.
 
-use crate::check::{realize_counts, with_fusion, wrong};
+use crate::check::{fits, realize_counts, with_fusion, wrong};
 use crate::common::{uniform, ReduceCase, REDUCE_TOLERANCE};
 use crate::raw::{Raw, RawOp};
 use crate::timing::{gbs, measure, ms, Config, Pair, Timing};
@@ -169,12 +169,7 @@ pub fn run() -> bool {
         for shape in if small { case.small_shapes() } else { case.shapes() } {
             let label = ReduceCase::shape_label(&shape);
             let bytes = shape.iter().product::<usize>() as u64 * 4;
-            if bytes > dev.max_tensor_bytes() {
-                println!(
-                    "- skipped {} at {label}: its {bytes}-byte tensors exceed this device's max_tensor_bytes ({})",
-                    case.name(),
-                    dev.max_tensor_bytes()
-                );
+            if !fits(&dev, case.name(), &label, bytes) {
                 continue;
             }
             eprintln!("reductions: {} {label}", case.name());

@@ -1,6 +1,6 @@
 //! The views section: each view case against its plain twin, next to raw copy and transpose kernels.
 
-use crate::check::{realize_counts, worst_error, wrong};
+use crate::check::{fits, realize_counts, worst_error, wrong};
 use crate::common::ViewCase;
 use crate::raw::{Raw, RawOp};
 use crate::timing::{env_log2s, gbs, inputs, measure_parts, ms, Config, Pair, Timing};
@@ -156,15 +156,9 @@ pub fn run() -> bool {
                 println!("- skipped {} at 2^{k}: not a valid size (transpose_add needs a square)", case.name());
                 continue;
             }
-            let bytes = numel as u64 * 4;
-            if bytes > dev.max_tensor_bytes() {
-                let label = case.size_label(numel);
-                let label = if label == format!("2^{k}") { label } else { format!("{label} (2^{k} elements)") };
-                println!(
-                    "- skipped {} at {label}: its {bytes}-byte tensors exceed this device's max_tensor_bytes ({})",
-                    case.name(),
-                    dev.max_tensor_bytes()
-                );
+            let label = case.size_label(numel);
+            let label = if label == format!("2^{k}") { label } else { format!("{label} (2^{k} elements)") };
+            if !fits(&dev, case.name(), &label, numel as u64 * 4) {
                 continue;
             }
             eprintln!("views: {} {}", case.name(), case.size_label(numel));
