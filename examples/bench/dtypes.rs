@@ -1,13 +1,13 @@
 //! The element-type section of the benchmark: chain3 in f32, f16 (native and packed), bf16, and a bool mask, and
 //! matmul in f32, f16 and bf16, on one device in one process.
 
-use super::{measure, ms, Config};
+use crate::timing::{gbs, measure, ms, Config};
 use lazor::half::{bf16, f16};
 use lazor::{DType, Device, Tensor};
 
 /// `n` inputs of `dt`, realized.
 fn inputs(dev: &Device, dt: DType, n: usize, seed: u64) -> Tensor {
-    let v = super::inputs(n, seed);
+    let v = crate::timing::inputs(n, seed);
     let t = match dt {
         DType::F16 => Tensor::from_vec_on(v.iter().map(|&x| f16::from_f32(x)).collect(), [n], dev),
         DType::BF16 => Tensor::from_vec_on(v.iter().map(|&x| bf16::from_f32(x)).collect(), [n], dev),
@@ -67,11 +67,11 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
             .per(cfg.batch)
             .median;
             let base = *f32_ms.get_or_insert(t.as_secs_f64());
-            let bytes = (4 * n * dt.size_in_bytes()) as f64;
+            let bytes = (4 * n * dt.size_in_bytes()) as u64;
             println!(
                 "| chain3 | 2^{l}{pass} | {label} | {dispatches} | {} | {:.0} | {:.2} |",
                 ms(t),
-                bytes / t.as_secs_f64() / 1e9,
+                gbs(bytes, t),
                 t.as_secs_f64() / base
             );
         }
@@ -88,11 +88,7 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
         })
         .per(cfg.batch)
         .median;
-        println!(
-            "| x.gt(0.0) | 2^{l} | f32 -> bool | 1 | {} | {:.0} | |",
-            ms(t_mask),
-            (5 * n) as f64 / t_mask.as_secs_f64() / 1e9
-        );
+        println!("| x.gt(0.0) | 2^{l} | f32 -> bool | 1 | {} | {:.0} | |", ms(t_mask), gbs(5 * n as u64, t_mask));
         let t_sel = measure(cfg, || {
             for _ in 0..cfg.batch {
                 mask.where_cond(&x, 0.0).realize().unwrap();
@@ -104,7 +100,7 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
         println!(
             "| mask.where_cond(&x, 0.0) | 2^{l} | bool, f32 -> f32 | 1 | {} | {:.0} | |",
             ms(t_sel),
-            (9 * n) as f64 / t_sel.as_secs_f64() / 1e9
+            gbs(9 * n as u64, t_sel)
         );
         // The leaky select, mask and both branches in one kernel: x read once, the result written.
         let leaky = || x.gt(0.0).where_cond(&x, &(&x * 0.01));
@@ -122,7 +118,7 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
         println!(
             "| x.gt(0.0).where_cond(&x, &(&x * 0.01)) | 2^{l} | f32 -> f32 | {dispatches} | {} | {:.0} | |",
             ms(t_leaky),
-            (8 * n) as f64 / t_leaky.as_secs_f64() / 1e9
+            gbs(8 * n as u64, t_leaky)
         );
     }
     println!();

@@ -3,8 +3,8 @@
 //! per-realize latency at small sizes; the first realize of a new expression (pipeline compile); and the host time
 //! to schedule large graphs.
 
-use super::common::Case;
-use super::{inputs, measure, measure_parts, ms, Config, Timing};
+use crate::common::Case;
+use crate::timing::{abc, inputs, measure, measure_parts, ms, Config, Timing};
 use lazor::{Device, Tensor};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -16,12 +16,6 @@ const BATCH: u32 = 8;
 fn sizes(dev: &Device, small: bool) -> Vec<usize> {
     let top = if small { 22 } else { 26 };
     (10..=top).step_by(2).map(|l| 1usize << l).filter(|&n| 4 * n as u64 <= dev.max_tensor_bytes()).collect()
-}
-
-fn abc(dev: &Device, n: usize) -> [Tensor; 3] {
-    let t = [1, 2, 3].map(|s| Tensor::from_vec_on(inputs(n, s), [n], dev));
-    lazor::realize(&t.iter().collect::<Vec<_>>()).expect("upload");
-    t
 }
 
 /// One cell: `BATCH` realizes of `case` at `n` then a wait, median per realize; then one `to_vec` (as a user's
@@ -40,8 +34,9 @@ fn cell(dev: &Device, cfg: &Config, case: Case, n: usize) -> (Timing, Duration) 
     (t, start.elapsed())
 }
 
+/// GB/s of a cell of `n` elements (16 bytes each).
 fn gbs(n: usize, t: Timing) -> f64 {
-    16.0 * n as f64 / t.median.as_secs_f64() / 1e9
+    crate::timing::gbs(16 * n as u64, t.median)
 }
 
 /// Runs one cell in this process and prints its GB/s: what the parent reads from a child.
@@ -207,7 +202,7 @@ fn reads(dev: &Device, cfg: &Config, small: bool) {
         ("`read_into(&mut out)`", into),
         ("`read_with(|v| ..)`", with),
     ] {
-        println!("| {name} | {} | {:.1} |", ms(t.median), 4.0 * n as f64 / t.median.as_secs_f64() / 1e9);
+        println!("| {name} | {} | {:.1} |", ms(t.median), crate::timing::gbs(4 * n as u64, t.median));
     }
 }
 

@@ -1,6 +1,6 @@
 //! The matmul section of the benchmark: the cases of `torch_reference.py matmul` on one device, in one process.
 
-use super::{measure, measure_parts, ms, Config};
+use crate::timing::{self, measure, measure_parts, ms, Config};
 use lazor::{Device, Tensor};
 use std::time::{Duration, Instant};
 
@@ -115,7 +115,7 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
             .inputs
             .iter()
             .enumerate()
-            .map(|(i, s)| Tensor::from_vec_on(super::inputs(s.iter().product(), 7 + i as u64), s.as_slice(), dev))
+            .map(|(i, s)| Tensor::from_vec_on(timing::inputs(s.iter().product(), 7 + i as u64), s.as_slice(), dev))
             .collect();
         for t in &inputs {
             t.realize().unwrap();
