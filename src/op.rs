@@ -29,6 +29,12 @@ pub enum Helper {
     F2U,
     /// `lz_h`: the f16 bits of an f32 that holds an f16 value.
     HalfBits,
+    /// `lz_philox`: the first two words of Philox4x32-10 at counter `(x, 0, 0, 0)` (scalar only).
+    Philox,
+    /// `lz_rand`: a uniform value on `[0, 1)` from a counter and a key (`src/random.rs`).
+    Rand,
+    /// `lz_randn`: a standard normal value from a counter and a key (`src/random.rs`).
+    Randn,
 }
 
 /// `sqrt(2 / pi)`, the GELU tanh approximation's constant.

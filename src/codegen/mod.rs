@@ -188,7 +188,7 @@ impl Builder {
                 continue;
             }
             s.push_str(helper_source(h));
-            if !self.wide_used {
+            if !self.wide_used || h == Helper::Philox {
                 continue;
             }
             let (name, params, ret) = helper_signature(h);
