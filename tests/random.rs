@@ -251,6 +251,23 @@ fn noise_is_one_kernel_and_a_new_seed_compiles_nothing() {
 }
 
 #[test]
+fn random_values_feed_every_kind_of_kernel() {
+    for dev in devices() {
+        let w = Tensor::from_vec_on((0..48 * 40).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<_>>(), [48, 40], &dev);
+        let cases = [
+            ("matmul operand", Tensor::randn_on([33, 48], 1, &dev).matmul(&w)),
+            ("matmul of a transposed draw", Tensor::rand_on([48, 33], 2, &dev).t().matmul(&w)),
+            ("softmax rows", Tensor::randn_on([17, 300], 3, &dev).softmax(-1)),
+            ("fold along a leading axis", (Tensor::rand_on([300, 17], 4, &dev) * 2.0).sum(0)),
+            ("mixed with f16", Tensor::rand_on([257], 5, &dev).to_dtype(lazor::DType::F16) + 1.0),
+        ];
+        for (what, t) in &cases {
+            common::check(t, 1e-5, 1e-5, &format!("{}: {what}", dev.name()));
+        }
+    }
+}
+
+#[test]
 fn dropout_zeroes_about_p_and_scales_the_rest() {
     for dev in devices() {
         let n = 1 << 16;
