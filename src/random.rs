@@ -157,7 +157,7 @@ impl Tensor {
     /// use lazor::Tensor;
     /// let x = Tensor::ones([4, 4]);
     /// let noisy = &x + Tensor::randn(x.shape(), 7) * 0.1; // one kernel
-    /// assert_eq!(noisy.shape().dims(), &[4, 4]);
+    /// assert_eq!(noisy.shape(), &[4, 4]);
     /// ```
     pub fn randn(shape: impl Into<Shape>, seed: u64) -> Tensor {
         Tensor::randn_on(shape, seed, &Device::default())
