@@ -219,6 +219,9 @@ fn noise_is_one_kernel_and_a_new_seed_compiles_nothing() {
         let got = a.to_vec();
         let after = dev.stats();
         assert_eq!(after.dispatches - before.dispatches, 1, "{}: x + randn * 0.1 is one kernel", dev.name());
+        // The result's buffer is the only one the realize added: no random values were stored on the way.
+        let added = after.peak_buffer_bytes.saturating_sub(before.live_buffer_bytes);
+        assert_eq!(added, 4 * 4096, "{}: bytes of buffers the realize held at its peak", dev.name());
         let want = lazor::reference::eval(&[&a]).pop().unwrap();
         common::assert_close(&got, &want, 1e-6, 1e-6, "x + randn * 0.1");
         assert!(got.iter().enumerate().any(|(i, &v)| v != i as f32), "{}: no noise", dev.name());
