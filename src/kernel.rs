@@ -170,8 +170,8 @@ pub enum Instr {
     Index {
         view: Option<ViewRef>,
     },
-    /// Random numbers of a distribution: Philox4x32-10 at counter `(index, 0, 0, 0)` (instruction `.1`, an i32
-    /// lane read as u32) under the key of instructions `.2` and `.3` (u32 lanes); see `src/random.rs`.
+    /// Random numbers of a distribution: element `index` (instruction `.1`, an i32 lane read as u32) under the
+    /// key of instructions `.2` and `.3` (u32 lanes), as `random::sample` defines it from Philox4x32-10.
     Random(crate::random::Distribution, usize, usize, usize),
     /// In a reduce kernel's epilogue: the folded value.
     Reduced,

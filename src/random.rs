@@ -1,11 +1,12 @@
-//! Counter-based random numbers: the Philox4x32-10 generator, the distributions drawn from it, `rand`, `randn`, `dropout`.
+//! Counter-based random numbers: Philox4x32-10, the distributions drawn from it, `rand`, `randn`, `dropout`.
 //!
-//! Each element's value is a pure function of `(seed, element index)`: the index is Philox's counter and the seed
-//! its key, so a kernel computes the element where it needs it and no random buffer is ever stored. This module is
-//! the definition on the host (the reference interpreter and the CPU backend call it); `src/codegen/helpers.rs`
-//! spells the same operations in WGSL. Both use only 32-bit integer operations, IEEE `+ - * /`, `sqrt` and exact
-//! integer-to-float conversions, so `rand` gives the same bits everywhere, and `randn` differs between backends
-//! only where a shader compiler contracts a multiply and an add into one rounding (see `docs/ARCHITECTURE.md`).
+//! Each element's value is a pure function of `(seed, element index)`: the index picks a Philox counter and word,
+//! the seed is the key, so a kernel computes the element where it needs it and no random buffer is ever stored.
+//! This module is the definition on the host (the reference interpreter and the CPU backend call it);
+//! `src/codegen/helpers.rs` spells the same operations in WGSL. Both use only 32-bit integer operations, IEEE
+//! `+ - * /`, `sqrt` and exact integer-to-float conversions, so `rand` gives the same bits everywhere, and `randn`
+//! differs between backends only where a shader compiler contracts a multiply and an add into one rounding (see
+//! `docs/ARCHITECTURE.md`).
 
 use crate::autograd::{record, Rule};
 use crate::device::Device;
@@ -62,19 +63,30 @@ pub fn key(seed: u64) -> [u32; 2] {
 /// `2^-24`: the step of uniform values, which keep the 24 high bits of a word (exactly representable in f32).
 const STEP: f32 = 5.960_464_5e-8;
 
-/// Element `index` of distribution `d` under `key`: counter `(index, 0, 0, 0)`, its first word (uniform) or its
-/// first two (normal).
+/// Element `index` of distribution `d` under `key`. One Philox block (four words) serves four uniform elements or
+/// two normal ones: uniform element `i` is word `i % 4` of counter `(i / 4, 0, 0, 0)`, normal element `i` words
+/// `2 (i % 2)` and `2 (i % 2) + 1` of counter `(i / 2, 0, 0, 0)`. A thread computing four neighbouring elements
+/// (a vectorized kernel) then runs one block (two for normal) instead of four.
 pub fn sample(d: Distribution, index: u32, key: [u32; 2]) -> f32 {
-    let w = philox4x32_10([index, 0, 0, 0], key);
     match d {
-        Distribution::Uniform => (w[0] >> 8) as f32 * STEP,
+        Distribution::Uniform => {
+            let w = philox4x32_10([index >> 2, 0, 0, 0], key);
+            (w[(index & 3) as usize] >> 8) as f32 * STEP
+        }
         Distribution::Normal => {
-            // u1 in (0, 1], so its logarithm is finite; u2 in [0, 1) is a fraction of a turn.
-            let u1 = ((w[0] >> 8) + 1) as f32 * STEP;
-            let u2 = (w[1] >> 8) as f32 * STEP;
-            (-2.0 * ln_unit(u1)).sqrt() * cos_turn(u2)
+            let w = philox4x32_10([index >> 1, 0, 0, 0], key);
+            let j = 2 * (index & 1) as usize;
+            box_muller(w[j], w[j + 1])
         }
     }
+}
+
+/// A standard normal value from two words: `sqrt(-2 ln u1) cos(2 pi u2)` with `u1` in `(0, 1]` (so its logarithm
+/// is finite) and `u2` in `[0, 1)`, a fraction of a turn.
+fn box_muller(a: u32, b: u32) -> f32 {
+    let u1 = ((a >> 8) + 1) as f32 * STEP;
+    let u2 = (b >> 8) as f32 * STEP;
+    (-2.0 * ln_unit(u1)).sqrt() * cos_turn(u2)
 }
 
 /// `ln(u)` for `u` in `[2^-24, 1]`, from `+ - * /` alone so that WGSL computes the same: `u = m 2^e` with `m` in

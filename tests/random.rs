@@ -28,21 +28,23 @@ fn philox(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     x
 }
 
-/// The words of element `i` under `seed`: counter `(i, 0, 0, 0)`, key the seed's low and high words.
-fn words(seed: u64, i: usize) -> [u32; 4] {
-    philox([i as u32, 0, 0, 0], [seed as u32, (seed >> 32) as u32])
+/// Philox block `b` under `seed`: counter `(b, 0, 0, 0)`, key the seed's low and high words.
+fn block(seed: u64, b: usize) -> [u32; 4] {
+    philox([b as u32, 0, 0, 0], [seed as u32, (seed >> 32) as u32])
 }
 
-/// `rand`'s definition: the 24 high bits of the first word, times 2^-24.
+/// `rand`'s definition: element `i` is word `i % 4` of block `i / 4`, its 24 high bits times 2^-24.
 fn uniform(seed: u64, i: usize) -> f32 {
-    (words(seed, i)[0] >> 8) as f32 / (1u32 << 24) as f32
+    (block(seed, i / 4)[i % 4] >> 8) as f32 / (1u32 << 24) as f32
 }
 
-/// `randn`'s definition in f64: Box-Muller of u1 in (0, 1] and u2 in [0, 1) from the first two words.
+/// `randn`'s definition in f64: element `i` is Box-Muller of words `2 (i % 2)` and `2 (i % 2) + 1` of block
+/// `i / 2`, as u1 in (0, 1] and u2 in [0, 1).
 fn normal(seed: u64, i: usize) -> f64 {
-    let w = words(seed, i);
-    let u1 = ((w[0] >> 8) + 1) as f64 / (1u64 << 24) as f64;
-    let u2 = (w[1] >> 8) as f64 / (1u64 << 24) as f64;
+    let w = block(seed, i / 2);
+    let j = 2 * (i % 2);
+    let u1 = ((w[j] >> 8) + 1) as f64 / (1u64 << 24) as f64;
+    let u2 = (w[j + 1] >> 8) as f64 / (1u64 << 24) as f64;
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
@@ -81,16 +83,19 @@ fn philox_known_answers_from_random123() {
 #[test]
 fn rand_is_the_generator_exactly_and_randn_its_box_muller() {
     for dev in devices() {
-        // Seeds with a zero and a non-zero high word; a shape of 3 axes (the index is row-major).
+        // Seeds with a zero and a non-zero high word; shapes of 3 axes (the index is row-major), one with an odd
+        // length (kernels computing an element per thread) and one a multiple of 4 (four per thread).
         for seed in [0u64, 7, 0x1234_5678_9abc_def0] {
-            let got = Tensor::rand_on([3, 5, 67], seed, &dev).to_vec();
-            for (i, &g) in got.iter().enumerate() {
-                assert_eq!(g.to_bits(), uniform(seed, i).to_bits(), "{}: rand seed {seed} element {i}", dev.name());
-            }
-            let got = Tensor::randn_on([1001], seed, &dev).to_vec();
-            for (i, &g) in got.iter().enumerate() {
-                let want = normal(seed, i) as f32;
-                assert!(ulps(g, want) <= 8 || (g - want).abs() < 1e-30, "{}: randn {i}: {g} vs {want}", dev.name());
+            for shape in [[3, 5, 67], [4, 16, 64]] {
+                let got = Tensor::rand_on(shape, seed, &dev).to_vec();
+                for (i, &g) in got.iter().enumerate() {
+                    assert_eq!(g.to_bits(), uniform(seed, i).to_bits(), "{}: rand {seed} at {i}", dev.name());
+                }
+                let got = Tensor::randn_on(shape, seed, &dev).to_vec();
+                for (i, &g) in got.iter().enumerate() {
+                    let want = normal(seed, i) as f32;
+                    assert!(ulps(g, want) <= 8, "{}: randn {seed} at {i}: {g} vs {want}", dev.name());
+                }
             }
         }
         // The counter is the element's index, wherever it is read: a transposed view reads the same values.

@@ -255,6 +255,15 @@ impl Emitter<'_> {
                 format!("select(t{b}, t{a}, t{c} != {u}(0u))")
             }
             Instr::Cat { .. } => return self.cat(n, depth),
+            // Four consecutive elements from the thread's own index: whole Philox blocks, not one per element.
+            Instr::Random(d, c, k0, k1) if wide && matches!(self.k.body[*c], Instr::Index { view: None }) => {
+                let h = match d {
+                    Distribution::Uniform => Helper::RandX4,
+                    Distribution::Normal => Helper::RandnX4,
+                };
+                self.b.need(&[h]);
+                format!("lz_{}_x4(bitcast<u32>(t{c}.x), t{k0}.x, t{k1}.x)", d.name())
+            }
             Instr::Random(d, c, k0, k1) => {
                 let h = match d {
                     Distribution::Uniform => Helper::Rand,
