@@ -98,6 +98,9 @@ fn rand_is_the_generator_exactly_and_randn_its_box_muller() {
                 }
             }
         }
+        // A scalar is element 0; an empty draw is empty.
+        assert_eq!(Tensor::rand_on([], 5, &dev).to_vec(), vec![uniform(5, 0)], "{}: scalar", dev.name());
+        assert_eq!(Tensor::randn_on([0, 3], 5, &dev).to_vec(), Vec::<f32>::new(), "{}: empty", dev.name());
         // The counter is the element's index, wherever it is read: a transposed view reads the same values.
         let r = Tensor::rand_on([4, 6], 3, &dev);
         let got = (r.t() + 0.0).to_vec();
