@@ -93,6 +93,7 @@ fn op_name(op: &Op) -> Option<&'static str> {
         Op::Matmul(..) => "matmul",
         Op::Cast(_) => "cast",
         Op::Where(..) => "where",
+        Op::Random(d, ..) => d.name(),
         Op::Cat(..) => "cat",
         Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer | Op::View(..) | Op::Contiguous(_) => return None,
     })

@@ -29,6 +29,10 @@ pub enum Op {
     /// `0, 1, ..., n - 1` (i32) over the node's shape `[n]`. Never stored: kernels compute it from the index they
     /// read it at.
     Arange,
+    /// Random numbers over the node's shape, drawn at each element's row-major index with the key held by two
+    /// scalar `U32` constants (the seed's low and high words). Never stored: kernels compute each element where they
+    /// read it, and the seed, being constants, is a parameter.
+    Random(crate::random::Distribution, NodeId, NodeId),
     /// A realized value: its buffer is in `Node::buffer` (`None` only for an empty tensor).
     Buffer,
     Unary(UnaryOp, NodeId),
@@ -59,7 +63,7 @@ impl Op {
                 smallvec::smallvec![*a]
             }
             Op::Where(c, a, b) => smallvec::smallvec![*c, *a, *b],
-            Op::Binary(_, a, b) | Op::Matmul(a, b) => smallvec::smallvec![*a, *b],
+            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Random(_, a, b) => smallvec::smallvec![*a, *b],
             Op::Cat(parts, _) => parts.clone(),
         }
     }
@@ -74,7 +78,7 @@ impl Op {
                 f(a);
                 f(b);
             }
-            Op::Binary(_, a, b) | Op::Matmul(a, b) => {
+            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Random(_, a, b) => {
                 f(a);
                 f(b);
             }
@@ -107,6 +111,7 @@ impl Op {
             Op::Contiguous(_) => tag(10, out),
             Op::Reduce(op, _, axis) => out.extend([11 << 56 | *op as u64, *axis as u64]),
             Op::Matmul(..) => tag(12, out),
+            Op::Random(d, ..) => out.push(13 << 56 | *d as u64),
         }
     }
 

@@ -170,6 +170,9 @@ pub enum Instr {
     Index {
         view: Option<ViewRef>,
     },
+    /// Random numbers of a distribution: element `index` (instruction `.1`, an i32 lane read as u32) under the
+    /// key of instructions `.2` and `.3` (u32 lanes), as `random::sample` defines it from Philox4x32-10.
+    Random(crate::random::Distribution, usize, usize, usize),
     /// In a reduce kernel's epilogue: the folded value.
     Reduced,
     /// In a rows kernel: the result of its `n`th fold phase, the same for the whole row.
@@ -280,6 +283,7 @@ impl Kernel {
                 Instr::Cast(_) => "cast",
                 Instr::Select(..) => "where",
                 Instr::Cat { .. } => "cat",
+                Instr::Random(d, ..) => d.name(),
                 _ => continue,
             });
         }

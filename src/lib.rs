@@ -38,6 +38,7 @@ mod matmul;
 pub mod op;
 mod ops;
 mod profile;
+mod random;
 mod read;
 mod realize;
 mod reductions;

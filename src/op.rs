@@ -29,6 +29,16 @@ pub enum Helper {
     F2U,
     /// `lz_h`: the f16 bits of an f32 that holds an f16 value.
     HalfBits,
+    /// `lz_philox`: the block of Philox4x32-10 at counter `(x, 0, 0, 0)`, and `lz_u01`, a word as a uniform value.
+    Philox,
+    /// `lz_rand`: uniform element `x` on `[0, 1)` under a key (`src/random.rs`).
+    Rand,
+    /// `lz_rand_x4`: uniform elements `x .. x + 3` (`x` a multiple of 4) from one block.
+    RandX4,
+    /// `lz_randn`: standard normal element `x` under a key (`src/random.rs`).
+    Randn,
+    /// `lz_randn_x4`: standard normal elements `x .. x + 3` (`x` a multiple of 4) from two blocks.
+    RandnX4,
 }
 
 /// `sqrt(2 / pi)`, the GELU tanh approximation's constant.

@@ -179,6 +179,10 @@ pub fn eval_lanes(tensors: &[&Tensor]) -> Vec<Vec<u32>> {
             Op::Data(words) => dt.decode(words, shape.numel()),
             Op::Const(c) => vec![*c; shape.numel()],
             Op::Arange => (0..shape.numel() as u32).collect(),
+            Op::Random(d, lo, hi) => {
+                let key = [values[lo][0], values[hi][0]];
+                (0..shape.numel() as u32).map(|i| crate::random::sample(*d, i, key).to_bits()).collect()
+            }
             Op::Unary(op, a) => values[a].iter().map(|&x| op.eval_lane(dt, x)).collect(),
             Op::Binary(op, a, b) => {
                 let operands = graph.node(*a).dtype;

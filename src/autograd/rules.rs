@@ -118,6 +118,8 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         }
         // PyTorch's clamp passes the gradient on the bounds too (`min <= x <= max`).
         Rule::Clamp { x, min, max } => smallvec![Some((x.ge(*min) & x.le(*max)).where_cond(g, 0.0))],
+        // The same mask and scale as the forward, recomputed from (seed, index) inside the gradient's kernel.
+        Rule::Dropout { p, seed } => smallvec![Some(crate::random::dropout_values(g, *p, *seed))],
     }
 }
 

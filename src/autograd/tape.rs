@@ -56,6 +56,8 @@ pub(crate) enum Rule {
     LogSumExp { axis: usize, x: Tensor, y: Tensor },
     /// `clamp(min, max)` of `x`.
     Clamp { x: Tensor, min: f32, max: f32 },
+    /// `dropout(p, seed)`: the mask is drawn again from the seed, not saved.
+    Dropout { p: f32, seed: u64 },
 }
 
 thread_local! {

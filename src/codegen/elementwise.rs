@@ -6,6 +6,7 @@ use crate::dtype::DType;
 use crate::hash::FastMap;
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase, TILE};
 use crate::op::Helper;
+use crate::random::Distribution;
 use std::fmt::Write;
 
 /// An `i32` parameter.
@@ -254,6 +255,24 @@ impl Emitter<'_> {
                 format!("select(t{b}, t{a}, t{c} != {u}(0u))")
             }
             Instr::Cat { .. } => return self.cat(n, depth),
+            // Four consecutive elements from the thread's own index: whole Philox blocks, not one per element.
+            Instr::Random(d, c, k0, k1) if wide && matches!(self.k.body[*c], Instr::Index { view: None }) => {
+                let h = match d {
+                    Distribution::Uniform => Helper::RandX4,
+                    Distribution::Normal => Helper::RandnX4,
+                };
+                self.b.need(&[h]);
+                format!("lz_{}_x4(bitcast<u32>(t{c}.x), t{k0}.x, t{k1}.x)", d.name())
+            }
+            Instr::Random(d, c, k0, k1) => {
+                let h = match d {
+                    Distribution::Uniform => Helper::Rand,
+                    Distribution::Normal => Helper::Randn,
+                };
+                let name = self.b.helper(h);
+                let u = self.b.ty(DType::U32);
+                format!("{name}(bitcast<{u}>(t{c}), t{k0}, t{k1})")
+            }
             Instr::Reduced => "folded".to_string(),
             Instr::Folded(f) if wide => format!("{ty}(f{f})"),
             Instr::Folded(f) => format!("f{f}"),
@@ -333,7 +352,9 @@ impl<'a> Emitter<'a> {
                 Instr::Scalar(_) | Instr::Folded(_) => true,
                 Instr::Unary(_, a) | Instr::Cast(a) => self.hoisted[*a],
                 Instr::Binary(_, a, b) => self.hoisted[*a] && self.hoisted[*b],
-                Instr::Select(a, b, c) => self.hoisted[*a] && self.hoisted[*b] && self.hoisted[*c],
+                Instr::Select(a, b, c) | Instr::Random(_, a, b, c) => {
+                    self.hoisted[*a] && self.hoisted[*b] && self.hoisted[*c]
+                }
                 _ => false,
             };
             if uniform {

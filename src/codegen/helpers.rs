@@ -90,11 +90,105 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
 }
 "
         }
+        // `src/random.rs` is the definition; this is the same arithmetic. WGSL has no 64-bit integers, so the high
+        // word of a 32 x 32-bit product is assembled from 16-bit halves.
+        Helper::Philox => {
+            "fn lz_mulhi(a: u32, b: u32) -> u32 {
+    let al = a & 0xffffu;
+    let ah = a >> 16u;
+    let bl = b & 0xffffu;
+    let bh = b >> 16u;
+    let lh = al * bh;
+    let hl = ah * bl;
+    let mid = ((al * bl) >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+    return ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
+}
+fn lz_philox(x: u32, k0: u32, k1: u32) -> vec4<u32> {
+    var c = vec4<u32>(x, 0u, 0u, 0u);
+    var k = vec2<u32>(k0, k1);
+    for (var r = 0u; r < 10u; r = r + 1u) {
+        let hi0 = lz_mulhi(0xd2511f53u, c.x);
+        let hi1 = lz_mulhi(0xcd9e8d57u, c.z);
+        c = vec4<u32>(hi1 ^ c.y ^ k.x, 0xcd9e8d57u * c.z, hi0 ^ c.w ^ k.y, 0xd2511f53u * c.x);
+        k = k + vec2<u32>(0x9e3779b9u, 0xbb67ae85u);
+    }
+    return c;
+}
+fn lz_u01(w: u32) -> f32 { return f32(w >> 8u) * 5.9604645e-8; }
+"
+        }
+        // Element x is word x % 4 of block x / 4.
+        Helper::Rand => {
+            "fn lz_rand(x: u32, k0: u32, k1: u32) -> f32 { return lz_u01(lz_philox(x >> 2u, k0, k1)[x & 3u]); }
+"
+        }
+        // Elements 4 i .. 4 i + 3 (x = 4 i): one block.
+        Helper::RandX4 => {
+            "fn lz_rand_x4(x: u32, k0: u32, k1: u32) -> vec4<f32> {
+    let w = lz_philox(x >> 2u, k0, k1);
+    return vec4<f32>(lz_u01(w.x), lz_u01(w.y), lz_u01(w.z), lz_u01(w.w));
+}
+"
+        }
+        // ln and cos from `+ - * /` as `ln_unit` and `cos_turn` in `src/random.rs`: WGSL's `log` and `cos` only
+        // promise an absolute error, which near their zeros is many ulp.
+        Helper::Randn => {
+            "fn lz_ln_unit(u: f32) -> f32 {
+    let bits = bitcast<u32>(u);
+    var e = i32(bits >> 23u) - 127;
+    var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f800000u);
+    if (m > 1.4142135) {
+        m = m * 0.5;
+        e = e + 1;
+    }
+    let s = (m - 1.0) / (m + 1.0);
+    let s2 = s * s;
+    let p = s2 * (0.33333334 + s2 * (0.2 + s2 * (0.14285715 + s2 * (0.11111111 + s2 * 0.09090909))));
+    let t = s + s * p;
+    let ef = f32(e);
+    return ef * 0.69314575 + ((t + t) + ef * 1.4286068e-6);
+}
+fn lz_cos_turn(u: f32) -> f32 {
+    let t = u * 4.0;
+    let q = floor(t);
+    let f = t - q;
+    let swap = f > 0.5;
+    let h = select(f, 1.0 - f, swap);
+    let a = h * 1.5707964;
+    let a2 = a * a;
+    let sn = a + a * a2 * (-0.16666667 + a2 * (0.008333334 + a2 * (-0.0001984127 + a2 * 2.7557319e-6)));
+    let cs = 1.0 + a2 * (-0.5 + a2 * (0.041666668 + a2 * (-0.0013888889 + a2 * (2.4801588e-5 + a2 * -2.755732e-7))));
+    let qi = u32(q);
+    let v = select(cs, sn, ((qi & 1u) == 1u) != swap);
+    return select(v, -v, qi == 1u || qi == 2u);
+}
+fn lz_box_muller(a: u32, b: u32) -> f32 {
+    let u1 = f32((a >> 8u) + 1u) * 5.9604645e-8;
+    return sqrt(-2.0 * lz_ln_unit(u1)) * lz_cos_turn(lz_u01(b));
+}
+fn lz_randn(x: u32, k0: u32, k1: u32) -> f32 {
+    let w = lz_philox(x >> 1u, k0, k1);
+    let j = 2u * (x & 1u);
+    return lz_box_muller(w[j], w[j + 1u]);
+}
+"
+        }
+        // Elements 4 i .. 4 i + 3 (x = 4 i): two blocks.
+        Helper::RandnX4 => {
+            "fn lz_randn_x4(x: u32, k0: u32, k1: u32) -> vec4<f32> {
+    let a = lz_philox(x >> 1u, k0, k1);
+    let b = lz_philox((x >> 1u) + 1u, k0, k1);
+    return vec4<f32>(
+        lz_box_muller(a.x, a.y), lz_box_muller(a.z, a.w), lz_box_muller(b.x, b.y), lz_box_muller(b.z, b.w)
+    );
+}
+"
+        }
     }
 }
 
 /// Helpers in the order they are emitted, each after those it calls.
-pub(super) const HELPERS: [Helper; 9] = [
+pub(super) const HELPERS: [Helper; 14] = [
     Helper::IsNan,
     Helper::Max,
     Helper::Min,
@@ -104,6 +198,11 @@ pub(super) const HELPERS: [Helper; 9] = [
     Helper::F2I,
     Helper::F2U,
     Helper::HalfBits,
+    Helper::Philox,
+    Helper::Rand,
+    Helper::RandX4,
+    Helper::Randn,
+    Helper::RandnX4,
 ];
 
 /// A helper's name, parameter types and result type, for its componentwise vec4 form.
@@ -118,6 +217,12 @@ pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static s
         Helper::F2I => ("lz_f2i", &["f32"], "i32"),
         Helper::F2U => ("lz_f2u", &["f32"], "u32"),
         Helper::HalfBits => ("lz_h", &["f32"], "u32"),
+        // Philox and the x4 forms compute vectors already: no componentwise vector form is emitted for them.
+        Helper::Philox => ("lz_philox", &["u32", "u32", "u32"], "vec4<u32>"),
+        Helper::Rand => ("lz_rand", &["u32", "u32", "u32"], "f32"),
+        Helper::RandX4 => ("lz_rand_x4", &["u32", "u32", "u32"], "vec4<f32>"),
+        Helper::Randn => ("lz_randn", &["u32", "u32", "u32"], "f32"),
+        Helper::RandnX4 => ("lz_randn_x4", &["u32", "u32", "u32"], "vec4<f32>"),
     }
 }
 
@@ -125,6 +230,8 @@ pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static s
 pub(super) fn helper_needs(h: Helper) -> &'static [Helper] {
     match h {
         Helper::Max | Helper::Min | Helper::Pow | Helper::F2I | Helper::F2U => &[Helper::IsNan],
+        Helper::Rand | Helper::RandX4 | Helper::Randn => &[Helper::Philox],
+        Helper::RandnX4 => &[Helper::Randn],
         _ => &[],
     }
 }

@@ -188,7 +188,7 @@ impl Builder {
                 continue;
             }
             s.push_str(helper_source(h));
-            if !self.wide_used {
+            if !self.wide_used || matches!(h, Helper::Philox | Helper::RandX4 | Helper::RandnX4) {
                 continue;
             }
             let (name, params, ret) = helper_signature(h);

@@ -102,7 +102,9 @@ pub(super) fn materialize(
         let wants = match node.op {
             Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) => !opts.fuse || outputs.contains(&id),
             Op::Contiguous(_) | Op::Reduce(..) | Op::Matmul(..) => true,
-            Op::Const(_) | Op::Arange | Op::View(..) | Op::Cat(..) => outputs.contains(&id),
+            // Random numbers are recomputed by every reader, like an arange: storing them would cost a buffer
+            // and a pass over memory, and dropout's backward regenerates its mask instead of reading it.
+            Op::Const(_) | Op::Arange | Op::Random(..) | Op::View(..) | Op::Cat(..) => outputs.contains(&id),
             Op::Data(_) | Op::Buffer => false,
         };
         let forced_here = forced.contains(&id) && node.op.is_compute();
@@ -209,6 +211,7 @@ fn inlined_cost(graph: &Graph, fusion: &Fusion, id: NodeId) -> Inlined {
     // Views and copies compute nothing; a concatenation costs a comparison per part.
     let own_ops = match node.op {
         Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) | Op::Reduce(..) | Op::Matmul(..) => 1,
+        Op::Random(..) => 1,
         Op::Cat(ref parts, _) => parts.len(),
         _ => 0,
     };

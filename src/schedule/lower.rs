@@ -254,6 +254,15 @@ impl<'a> Lowerer<'a> {
                     let view = self.view_of(m);
                     self.push(Instr::Index { view }, dt)
                 }
+                Op::Random(d, lo, hi) => {
+                    // The counter is the element's index in the node's own row-major order, wherever it is read.
+                    let view = self.view_of(m);
+                    let index = self.push(Instr::Index { view }, DType::I32);
+                    let lo = self.value(*lo, m, anchor)?;
+                    let hi = self.value(*hi, m, anchor)?;
+                    self.k.fused_ops += 1;
+                    self.push(Instr::Random(*d, index, lo, hi), dt)
+                }
                 Op::Unary(op, a) => {
                     let a = self.value(*a, m, anchor)?;
                     self.k.fused_ops += 1;

@@ -289,6 +289,12 @@ fn instr(ctx: &Ctx, i: usize, batch: &Batch, regs: &mut Regs, out: &mut [f32]) {
                 .zip(src)
                 .for_each(|(o, &x)| *o = f32::from_bits(dt.cast_lane(from, from.round(x).to_bits())));
         }
+        Instr::Random(d, c, k0, k1) => {
+            let (c, k0, k1) = (regs.get(ctx, *c, n), regs.get(ctx, *k0, n), regs.get(ctx, *k1, n));
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = crate::random::sample(*d, c[j].to_bits(), [k0[j].to_bits(), k1[j].to_bits()]);
+            }
+        }
         Instr::Select(c, a, b) => {
             let (c, a, b) = (regs.get(ctx, *c, n), regs.get(ctx, *a, n), regs.get(ctx, *b, n));
             simd::select(c, a, b, out);

@@ -51,6 +51,12 @@ pub(super) fn operands(instr: &Instr) -> SmallVec<[usize; 3]> {
         Instr::Unary(_, a) | Instr::Cast(a) => smallvec![*a],
         Instr::Binary(_, a, b) if a == b => smallvec![*a],
         Instr::Binary(_, a, b) => smallvec![*a, *b],
+        Instr::Random(_, c, k0, k1) => {
+            let mut v: SmallVec<[usize; 3]> = smallvec![*c, *k0, *k1];
+            v.sort_unstable();
+            v.dedup();
+            v
+        }
         Instr::Select(c, a, b) => {
             let mut v: SmallVec<[usize; 3]> = smallvec![*c, *a, *b];
             v.sort_unstable();
