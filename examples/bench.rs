@@ -12,6 +12,7 @@
 //! cargo run --release --example bench -- cpu          # only the CPU-backend section
 //! cargo run --release --example bench -- matmul       # only the matmul section
 //! cargo run --release --example bench -- dtypes       # only the element-type section
+//! cargo run --release --example bench -- random       # only the random-numbers section (bench/random.rs)
 //! cargo run --release --example bench -- life         # only the process-life section (bench/life.rs)
 //! ```
 //!
@@ -63,6 +64,8 @@ mod elementwise;
 mod life;
 #[path = "bench/matmul.rs"]
 mod matmul;
+#[path = "bench/random.rs"]
+mod random;
 #[path = "bench/raw.rs"]
 mod raw;
 #[path = "bench/reductions.rs"]
@@ -97,9 +100,9 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    const SECTIONS: [&str; 7] = ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes", "life"];
+    const SECTIONS: [&str; 8] = ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes", "life", "random"];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] [random] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -128,6 +131,14 @@ fn main() -> ExitCode {
         let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
         let (log2, mm): (&[u32], usize) = if small { (&[20], 256) } else { (&[24, 26], 4096) };
         if !dtypes::run(&dev, &cfg, log2, mm) {
+            return ExitCode::FAILURE;
+        }
+    }
+    if wanted("random") {
+        let (dev, small) = default_device();
+        let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
+        let log2: &[u32] = if small { &[20] } else { &[24, 26] };
+        if !random::run(&dev, &cfg, log2) {
             return ExitCode::FAILURE;
         }
     }
