@@ -8,9 +8,24 @@
 pub use crate::dtype::Class;
 use crate::dtype::DType;
 
-/// WGSL helper functions an op's spelling may call. Their source lives in codegen; the table only names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Helper {
+/// Declares the helpers and their list, so the list cannot miss one.
+macro_rules! helpers {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// WGSL helper functions an op's spelling may call. Their source lives in codegen; the table only names them.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Helper {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Helper {
+            /// Every helper, in declaration order: the order their source is emitted in (a helper's dependencies
+            /// come before it).
+            pub const ALL: &'static [Helper] = &[$(Helper::$name),*];
+        }
+    };
+}
+
+helpers! {
     /// `lz_isnan`: a NaN test by bit mask, which no compiler folds away.
     IsNan,
     /// `lz_max`: NaN-propagating maximum.

@@ -187,24 +187,6 @@ fn lz_randn(x: u32, k0: u32, k1: u32) -> f32 {
     }
 }
 
-/// Helpers in the order they are emitted, each after those it calls.
-pub(super) const HELPERS: [Helper; 14] = [
-    Helper::IsNan,
-    Helper::Max,
-    Helper::Min,
-    Helper::Pow,
-    Helper::RoundF16,
-    Helper::RoundBf16,
-    Helper::F2I,
-    Helper::F2U,
-    Helper::HalfBits,
-    Helper::Philox,
-    Helper::Rand,
-    Helper::RandX4,
-    Helper::Randn,
-    Helper::RandnX4,
-];
-
 /// A helper's name, parameter types and result type, for its componentwise vec4 form.
 pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static str], &'static str) {
     match h {

@@ -14,7 +14,7 @@ mod rows;
 use crate::dtype::{Class, DType};
 use crate::kernel::{Kernel, Kind};
 use crate::op::{BinaryOp, Helper, UnaryOp};
-use helpers::{helper_needs, helper_signature, helper_source, HELPERS};
+use helpers::{helper_needs, helper_signature, helper_source};
 use std::fmt::Write;
 
 /// Threads per workgroup.
@@ -183,7 +183,7 @@ impl Builder {
             s.push_str("enable wgpu_cooperative_matrix;\n");
         }
         s.push_str(&self.decls);
-        for h in HELPERS {
+        for &h in Helper::ALL {
             if !self.helpers.contains(&h) {
                 continue;
             }
