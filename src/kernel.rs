@@ -114,6 +114,10 @@ pub enum Access {
     Tile(usize),
 }
 
+/// Threads per workgroup of every generated kernel: a launch constant of the IR (the scheduler sizes teams and
+/// chunks by it, `Kernel::threads` counts by it), which codegen spells and the backends dispatch by.
+pub const WORKGROUP_SIZE: u32 = 256;
+
 /// Side of the square tiles of a tiled kernel, along the two innermost axes.
 pub const TILE: usize = 32;
 
@@ -230,7 +234,7 @@ pub struct Kernel {
 impl Kernel {
     /// Threads the kernel runs.
     pub fn threads(&self) -> usize {
-        let wg = crate::codegen::WORKGROUP_SIZE as usize;
+        let wg = crate::kernel::WORKGROUP_SIZE as usize;
         if let Kind::Rows { team_at, .. } = self.kind {
             let per = wg / self.params[team_at] as usize;
             return (self.params[0] as usize).div_ceil(per) * wg;
@@ -255,7 +259,7 @@ impl Kernel {
         let d = self.shape.dims();
         let (rows, cols) = (d[d.len() - 2], d[d.len() - 1]);
         let batch: usize = d[..d.len() - 2].iter().product();
-        rows.div_ceil(TILE) * cols.div_ceil(TILE) * batch * crate::codegen::WORKGROUP_SIZE as usize
+        rows.div_ceil(TILE) * cols.div_ceil(TILE) * batch * crate::kernel::WORKGROUP_SIZE as usize
     }
 
     /// The kernel's name in profiles, `LAZOR_DEBUG` lines and WGSL labels: what it computes, then its iteration

@@ -17,8 +17,7 @@ use crate::op::{BinaryOp, Helper, UnaryOp};
 use helpers::{helper_needs, helper_signature, helper_source};
 use std::fmt::Write;
 
-/// Threads per workgroup.
-pub const WORKGROUP_SIZE: u32 = 256;
+pub use crate::kernel::WORKGROUP_SIZE;
 
 /// The WGSL type of a lane of `dt` at `width` (1 or 4).
 pub(crate) fn lane_type(dt: DType, width: usize) -> &'static str {

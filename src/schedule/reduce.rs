@@ -30,7 +30,7 @@ fn chunks(n: usize, groups: usize, rows: bool) -> usize {
 /// than 32: softmax and layer norm of [4096, 4096] went from 0.084 to 0.072 ms on the H200, other shapes
 /// unchanged.)
 fn team(n: usize) -> u32 {
-    (n / 16).next_power_of_two().clamp(64, crate::codegen::WORKGROUP_SIZE as usize) as u32
+    (n / 16).next_power_of_two().clamp(64, crate::kernel::WORKGROUP_SIZE as usize) as u32
 }
 
 /// Whether a row fold of `n` elements per output over `outputs` outputs runs in one pass (no chunks).
@@ -71,7 +71,7 @@ pub(super) fn lower_fold(cx: GroupCtx, fold: Fold) -> Result<Vec<Kernel>, NodeId
     let n = input.dims()[axis];
     let outputs = out.numel();
     let rows = input.dims()[axis + 1..].iter().all(|&d| d == 1);
-    let wg = crate::codegen::WORKGROUP_SIZE as usize;
+    let wg = crate::kernel::WORKGROUP_SIZE as usize;
     let c = chunks(n, if rows { outputs } else { outputs.div_ceil(wg) }, rows);
 
     // The fold, over the input's shape.
