@@ -2,7 +2,7 @@
 //! `kernels/matmul_coop.wgsl` (f16 on tensor cores), specialised with the tile's constants and with the generated
 //! functions it calls: the operands' loads (their prologues) and the epilogue.
 
-use super::elementwise::Emitter;
+use super::emit::Emitter;
 use super::Target;
 use crate::dtype::DType;
 use crate::kernel::{Access, Instr, Kernel, Kind, Matmul, ViewRef};

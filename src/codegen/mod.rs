@@ -5,6 +5,7 @@
 //! on sizes, strides, offsets or scalar values, which travel in the parameter buffer; [`Key`] is that structure.
 
 mod elementwise;
+mod emit;
 mod helpers;
 mod matmul;
 pub(crate) use matmul::COOP_WORKGROUP_BYTES;

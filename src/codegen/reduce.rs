@@ -6,7 +6,7 @@
 //! elements in order while its neighbours fold the neighbouring outputs, so loads stay coalesced. Either way the
 //! order is fixed by the sizes alone: the same input gives the same bits on every run.
 
-use super::elementwise::Emitter;
+use super::emit::Emitter;
 use super::{lane_type, Target, WORKGROUP_SIZE};
 use crate::dtype::DType;
 use crate::kernel::{Kernel, Kind};

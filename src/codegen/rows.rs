@@ -1,6 +1,6 @@
 //! WGSL for rows kernels: a workgroup per row runs the kernel's phases in order, from registers where the row fits.
 
-use super::elementwise::Emitter;
+use super::emit::Emitter;
 use super::reduce::{accumulate, main_header, output_coords, own_index, tree, Fold, UNROLL};
 use super::{lane_type, Target, WORKGROUP_SIZE};
 use crate::kernel::{Instr, Kernel, Kind, Phase};
