@@ -3,7 +3,7 @@
 
 use crate::dtype::{Class, DType};
 use crate::element::Element;
-use crate::graph::{NodeId, Op};
+use crate::graph::{Graph, NodeId, Op};
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::schedule::toposort::toposort;
 use crate::shape::Shape;
@@ -161,7 +161,7 @@ pub fn eval_lanes(tensors: &[&Tensor]) -> Vec<Vec<u32>> {
     let read = if stored.is_empty() { Vec::new() } else { device.read(&stored).unwrap_or_else(|e| panic!("{e}")) };
     let state = device.state();
     let graph = &state.graph;
-    let mut values: HashMap<NodeId, Vec<u32>> = stored
+    let values: HashMap<NodeId, Vec<u32>> = stored
         .into_iter()
         .zip(read)
         .map(|(id, words)| {
@@ -169,8 +169,13 @@ pub fn eval_lanes(tensors: &[&Tensor]) -> Vec<Vec<u32>> {
             (id, node.dtype.decode(&words, node.shape.numel()))
         })
         .collect();
+    interpret(graph, &roots, values)
+}
 
-    for id in toposort(graph, &roots) {
+/// The values of `roots` (as lanes of their types) by interpreting `graph`, given the values of its realized
+/// nodes in `values`: the interpreter itself, on a graph rather than a device (the caller reads the buffers).
+pub(crate) fn interpret(graph: &Graph, roots: &[NodeId], mut values: HashMap<NodeId, Vec<u32>>) -> Vec<Vec<u32>> {
+    for id in toposort(graph, roots) {
         let node = graph.node(id);
         let (shape, dt) = (&node.shape, node.dtype);
         let operand = |x: &NodeId| broadcast(&values[x], &graph.node(*x).shape, shape);
