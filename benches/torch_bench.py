@@ -1,43 +1,32 @@
 """PyTorch beside lazor: the cases of docs/BENCHMARKS.md's tables, timed the way lazor's `bench` example times them.
 
 Run on a CUDA machine: `python3 benches/torch_bench.py [section ...]`; sections (default all): copy, elementwise,
-views, reductions, matmul, train. Each line is `torch section=<s> case=<name> n=<elements> ms=<median ms> <rate>`.
+views, reductions, matmul (the training step is `benches/torch_train.py`). Each line is
+`torch section=<s> case=<name> n=<elements> ms=<median ms> <rate>`.
 
 Method: GPU time from CUDA events around a loop of 20 calls after 3 warm-up calls (as a pipelined loop of lazor
 realizes runs), median of 3 such loops. Eager and torch.compile where compiling changes the kernels; compiled
 results are checked against eager. TF32 is off. Rates count each input read once and each output written once
 (GB/s = 1e9 bytes/s), TFLOP/s = 2 m n k / s: the same byte and FLOP counts as lazor's tables.
 """
-import statistics
 import sys
 
 import torch
 
+import torch_timing as timing
+
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 DEV = "cuda"
-SECTIONS = set(sys.argv[1:]) or {"copy", "elementwise", "views", "reductions", "matmul", "train"}
+SECTIONS = set(sys.argv[1:]) or {"copy", "elementwise", "views", "reductions", "matmul"}
 
 
-def gpu_ms(f, reps=20, loops=3):
-    """Median over `loops` of the mean GPU time of `reps` back-to-back calls."""
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(loops):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            f()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return statistics.median(times)
+def gpu_ms(f):
+    return timing.gpu_ms(f, loops=3)
 
 
 def line(section, case, n, ms, rate):
-    print(f"torch section={section} case={case} n={n} ms={ms:.4f} {rate}", flush=True)
+    timing.line(case, n, ms, rate, section)
 
 
 def gbps(nbytes, ms):
@@ -139,26 +128,3 @@ if "matmul" in SECTIONS:
     mm_case("bmm_64x256^3", [(64, 256, 256), (64, 256, 256)], torch.matmul, 2 * 64 * 256 ** 3)
     v, m = torch.rand(1, 4096, device=DEV), torch.rand(4096, 4096, device=DEV)
     line("matmul", "gemv_[1,4096]x[4096,4096]", m.numel(), t := gpu_ms(lambda: v @ m), gbps(4 * m.numel(), t))
-
-if "train" in SECTIONS:
-    # Forward + backward of the MLPs of examples/train_step.rs, loss and gradients (benches/torch_train.py has
-    # the compiled variants and kernel counts).
-    for sizes, batch in (((784, 1024, 1024, 10), 4096), ((784, 128, 10), 64)):
-        params = []
-        for fan_in, fan_out in zip(sizes, sizes[1:]):
-            w = ((torch.rand(fan_in, fan_out, device=DEV) * 2 - 1) / fan_in ** 0.5).requires_grad_()
-            params += [w, torch.zeros(fan_out, device=DEV, requires_grad=True)]
-        x = torch.rand(batch, sizes[0], device=DEV)
-        onehot = torch.nn.functional.one_hot(torch.arange(batch, device=DEV) % sizes[-1], sizes[-1]).float()
-
-        def step():
-            h = x
-            for i in range(0, len(params), 2):
-                h = h @ params[i] + params[i + 1]
-                if i + 2 < len(params):
-                    h = h.relu()
-            loss = -(h.log_softmax(-1) * onehot).sum() / batch
-            torch.autograd.grad(loss, params)
-
-        name = "-".join(map(str, sizes))
-        line("train", f"mlp_{name}_b{batch}_fwd_bwd_eager", batch, gpu_ms(step), "")

@@ -6,22 +6,11 @@ step launches (torch profiler). Run: `python3 benches/torch_train.py`."""
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from torch_timing import gpu_ms
+
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-
-
-def gpu_ms(f, reps=20):
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(reps):
-        f()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / reps
 
 
 def kernels(f):

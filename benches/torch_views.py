@@ -3,24 +3,9 @@ transpose_add: a.t() + b vs a + b, square [n, n], 12 bytes/element; cat: torch.c
 8 bytes/element (eager cat writes the concatenation first, then multiplies; compiled fuses)."""
 import torch
 
+from torch_timing import gpu_ms, line
+
 dev = "cuda"
-
-
-def gpu_ms(f, reps=20):
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(reps):
-        f()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / reps
-
-
-def line(case, n, ms, rate):
-    print(f"torch case={case} n={n} ms={ms:.4f} {rate}", flush=True)
 
 
 def tadd(a, b):

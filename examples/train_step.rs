@@ -7,21 +7,9 @@
 use lazor::{Device, Tensor, Var};
 use std::time::Instant;
 
-/// Deterministic values, uniform in [-scale, scale).
-fn init(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
+/// Values uniform in [-scale, scale), from lazor's own generator (drawn in the kernel that first reads them).
 fn random(dev: &Device, shape: [usize; 2], seed: u64, scale: f32) -> Tensor {
-    Tensor::from_vec_on(init(shape[0] * shape[1], seed, scale), shape, dev)
+    (Tensor::rand_on(shape, seed, dev) * 2.0 - 1.0) * scale
 }
 
 /// `relu(x W + b)` layers, the last without relu, and the mean softmax cross-entropy as users write it.

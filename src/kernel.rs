@@ -234,7 +234,7 @@ pub struct Kernel {
 impl Kernel {
     /// Threads the kernel runs.
     pub fn threads(&self) -> usize {
-        let wg = crate::kernel::WORKGROUP_SIZE as usize;
+        let wg = WORKGROUP_SIZE as usize;
         if let Kind::Rows { team_at, .. } = self.kind {
             let per = wg / self.params[team_at] as usize;
             return (self.params[0] as usize).div_ceil(per) * wg;
@@ -259,7 +259,7 @@ impl Kernel {
         let d = self.shape.dims();
         let (rows, cols) = (d[d.len() - 2], d[d.len() - 1]);
         let batch: usize = d[..d.len() - 2].iter().product();
-        rows.div_ceil(TILE) * cols.div_ceil(TILE) * batch * crate::kernel::WORKGROUP_SIZE as usize
+        rows.div_ceil(TILE) * cols.div_ceil(TILE) * batch * WORKGROUP_SIZE as usize
     }
 
     /// The kernel's name in profiles, `LAZOR_DEBUG` lines and WGSL labels: what it computes, then its iteration
@@ -270,29 +270,30 @@ impl Kernel {
             Kind::Reduce(r) => Some(r.op.name()),
             Kind::Elementwise | Kind::Rows { .. } => None,
         };
-        let mut ops: Vec<&'static str> = head.into_iter().collect();
-        let mut folds = self.phases.iter().filter_map(|p| match p {
-            Phase::Fold { op, body, .. } => Some((body.end, op.name())),
-            Phase::Map { .. } => None,
-        });
-        let mut next_fold = folds.next();
-        for (i, instr) in self.body.iter().enumerate() {
-            while let Some((_, name)) = next_fold.filter(|&(end, _)| end <= i) {
-                ops.push(name);
-                next_fold = folds.next();
-            }
-            ops.push(match instr {
+        let op_of = |instr: &Instr| -> Option<&'static str> {
+            Some(match instr {
                 Instr::Unary(op, _) => op.name(),
                 Instr::Binary(op, ..) => op.name(),
                 Instr::Cast(_) => "cast",
                 Instr::Select(..) => "where",
                 Instr::Cat { .. } => "cat",
                 Instr::Random(d, ..) => d.name(),
-                _ => continue,
-            });
+                _ => return None,
+            })
+        };
+        let mut ops: Vec<&'static str> = head.into_iter().collect();
+        if self.phases.is_empty() {
+            ops.extend(self.body.iter().filter_map(op_of));
         }
-        ops.extend(next_fold.map(|(_, name)| name));
-        ops.extend(folds.map(|(_, name)| name));
+        // A rows kernel: each phase's ops, then the fold it ends with.
+        for phase in &self.phases {
+            let (body, fold) = match phase {
+                Phase::Fold { op, body, .. } => (body, Some(op.name())),
+                Phase::Map { body, .. } => (body, None),
+            };
+            ops.extend(self.body[body.clone()].iter().filter_map(op_of));
+            ops.extend(fold);
+        }
         kernel_name(&ops, self.shape.dims())
     }
 

@@ -119,17 +119,7 @@ impl Tensor {
     /// [`Error::ShapeMismatch`] when `grad`'s shape or dtype differs from this tensor's, [`Error::DeviceMismatch`]
     /// across devices, [`Error::BadArgument`] when the tensor depends on no `Var`.
     pub fn try_backward_with(&self, grad: &Tensor) -> Result<Grads> {
-        if grad.shape != self.shape || grad.dtype != self.dtype {
-            return Err(Error::ShapeMismatch {
-                op: "backward_with",
-                message: format!(
-                    "the gradient ({} {}) must have the shape and dtype of the tensor ({} {})",
-                    grad.dtype, grad.shape, self.dtype, self.shape
-                ),
-                lhs: self.shape.clone(),
-                rhs: grad.shape.clone(),
-            });
-        }
+        same_kind("backward_with", ("the gradient", grad), ("the shape and dtype of the tensor", self))?;
         self.device.check_same(&grad.device, "backward_with")?;
         self.backward_from(grad.detach(), "backward_with")
     }
@@ -176,4 +166,19 @@ impl Tensor {
             Grads { entries }
         }))
     }
+}
+
+/// Fails unless `value` has the shape and dtype of `like`, naming both: "{what} (f32 [3]) must have {wanted}
+/// (f32 [2])".
+pub(crate) fn same_kind(op: &'static str, value: (&str, &Tensor), like: (&str, &Tensor)) -> Result<()> {
+    let ((what, v), (wanted, l)) = (value, like);
+    if v.shape == l.shape && v.dtype == l.dtype {
+        return Ok(());
+    }
+    Err(Error::ShapeMismatch {
+        op,
+        message: format!("{what} ({} {}) must have {wanted} ({} {})", v.dtype, v.shape, l.dtype, l.shape),
+        lhs: l.shape.clone(),
+        rhs: v.shape.clone(),
+    })
 }

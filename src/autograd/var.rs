@@ -1,7 +1,7 @@
 //! `Var`: a trainable leaf, the start of every tracked computation, whose value `set` replaces in place.
 
 use super::tape::{Node, Rule};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::graph::Op;
 use crate::tensor::Tensor;
 use std::ops::Deref;
@@ -87,17 +87,7 @@ impl Var {
     /// when it lives on another device, and device failures as [`Tensor::realize`].
     pub fn try_set(&self, value: Tensor) -> Result<()> {
         let own = &self.inner.value;
-        if value.shape != own.shape || value.dtype != own.dtype {
-            return Err(Error::ShapeMismatch {
-                op: "set",
-                message: format!(
-                    "the new value ({} {}) must have the Var's shape and dtype ({} {})",
-                    value.dtype, value.shape, own.dtype, own.shape
-                ),
-                lhs: own.shape.clone(),
-                rhs: value.shape.clone(),
-            });
-        }
+        super::same_kind("set", ("the new value", &value), ("the Var's shape and dtype", own))?;
         own.device.check_same(&value.device, "set")?;
         let value = value.detach();
         if value.id == own.id {

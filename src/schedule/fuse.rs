@@ -114,6 +114,8 @@ pub(super) fn materialize(
     }
     // A single-output kernel binds parameters, its output and its inputs.
     let max_inputs = opts.max_bindings.saturating_sub(2).max(2);
+    // Whether a node was stored after costs that count it as inlined were taken (see the end).
+    let mut stored_late = false;
     for &id in order {
         let node = graph.node(id);
         if !node.op.is_compute() {
@@ -151,7 +153,7 @@ pub(super) fn materialize(
                 _ => None,
             };
             if let Some(h) = heavy {
-                fusion.materialized.insert(h);
+                stored_late |= fusion.materialized.insert(h);
                 continue;
             }
             if this.leaves.len() <= max_inputs && this.ops <= opts.max_ops.max(1) {
@@ -176,7 +178,7 @@ pub(super) fn materialize(
                 });
             match widest {
                 Some(w) => {
-                    fusion.materialized.insert(w);
+                    stored_late |= fusion.materialized.insert(w);
                 }
                 // Every input is already a buffer (a concatenation of more parts than a kernel binds): keep it.
                 None => {
@@ -187,9 +189,10 @@ pub(super) fn materialize(
         }
     }
     // A node stored above, after some of its consumers' costs were taken, is a leaf of theirs now: the costs are
-    // taken again over the final set, as grouping reads which buffers each node's expression loads.
-    for &id in order {
-        if graph.node(id).op.is_compute() {
+    // taken again over the final set, as grouping reads which buffers each node's expression loads. Most plans
+    // store nothing late and skip this.
+    if stored_late {
+        for &id in order.iter().filter(|&&id| graph.node(id).op.is_compute()) {
             let this = inlined_cost(graph, &fusion, id);
             fusion.inlined.insert(id, this);
         }

@@ -349,8 +349,10 @@ impl<'a> Lowerer<'a> {
     /// Value `v` rounded to its own type where that is f16 or bf16 (a cast to the same type rounds).
     fn rounded(&mut self, v: usize) -> usize {
         let dt = self.k.types[v];
+        // A value loaded from memory was rounded when it was stored.
+        let loaded = matches!(self.k.body[v], Instr::Load { .. });
         match dt {
-            DType::F16 | DType::BF16 => self.push(Instr::Cast(v), dt),
+            DType::F16 | DType::BF16 if !loaded => self.push(Instr::Cast(v), dt),
             _ => v,
         }
     }

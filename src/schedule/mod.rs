@@ -112,6 +112,7 @@ pub fn kernel_nodes(graph: &Graph, outputs: &[NodeId], opts: &Options) -> (Vec<N
     let order = toposort::toposort(graph, &unique);
     let fusion = fuse::materialize(graph, &order, &seen, &FastSet::default(), opts);
     let groups = fuse::group(graph, &order, &fusion, opts, &FastSet::default());
+    let place: FastMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
     let kernels = groups
         .iter()
         .map(|g| {
@@ -128,7 +129,7 @@ pub fn kernel_nodes(graph: &Graph, outputs: &[NodeId], opts: &Options) -> (Vec<N
                     }
                 }
             }
-            nodes.sort_by_key(|id| order.iter().position(|o| o == id));
+            nodes.sort_by_key(|id| place[id]);
             nodes
         })
         .collect();
