@@ -95,6 +95,7 @@ fn op_name(op: &Op) -> Option<&'static str> {
         Op::Where(..) => "where",
         Op::Random(d, ..) => d.name(),
         Op::Cat(..) => "cat",
+        Op::Gather(..) => "gather",
         Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer | Op::View(..) | Op::Contiguous(_) => return None,
     })
 }

@@ -46,6 +46,17 @@ pub enum Error {
         /// What went wrong, naming the types.
         message: String,
     },
+    /// An index outside the axis it indexes, found where the index tensor is host data (checked at the call; an
+    /// index computed on the device is not checked, and reads 0 or is dropped instead).
+    #[error("lazor: {op}: index {index} is out of range for an axis of size {size}")]
+    IndexOutOfRange {
+        /// The op, as users call it.
+        op: &'static str,
+        /// The offending index.
+        index: i64,
+        /// The extent of the axis it indexes.
+        size: usize,
+    },
     /// Operands that live on two different devices.
     #[error("lazor: {op}: operands live on different devices")]
     DeviceMismatch {

@@ -52,6 +52,10 @@ pub enum Op {
     /// The matrix product of `[..., m, k]` and `[..., k, n]` with equal batch axes (the API broadcasts them by
     /// views first), giving `[..., m, n]`.
     Matmul(NodeId, NodeId),
+    /// `src` (the first input) read along `axis` at the position the second input (an `I32` or `U32` index of the
+    /// node's shape) holds, at the node's own coordinates on every other axis, as `torch.gather`; 0 where the index
+    /// is outside the axis. The source is always stored, the index computed where it is read.
+    Gather(NodeId, NodeId, usize),
 }
 
 impl Op {
@@ -63,7 +67,9 @@ impl Op {
                 smallvec::smallvec![*a]
             }
             Op::Where(c, a, b) => smallvec::smallvec![*c, *a, *b],
-            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Random(_, a, b) => smallvec::smallvec![*a, *b],
+            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Random(_, a, b) | Op::Gather(a, b, _) => {
+                smallvec::smallvec![*a, *b]
+            }
             Op::Cat(parts, _) => parts.clone(),
         }
     }
@@ -78,7 +84,7 @@ impl Op {
                 f(a);
                 f(b);
             }
-            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Random(_, a, b) => {
+            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Random(_, a, b) | Op::Gather(a, b, _) => {
                 f(a);
                 f(b);
             }
@@ -112,6 +118,7 @@ impl Op {
             Op::Reduce(op, _, axis) => out.extend([11 << 56 | *op as u64, *axis as u64]),
             Op::Matmul(..) => tag(12, out),
             Op::Random(d, ..) => out.push(13 << 56 | *d as u64),
+            Op::Gather(_, _, axis) => out.extend([14 << 56, *axis as u64]),
         }
     }
 

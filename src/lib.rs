@@ -32,8 +32,11 @@ mod env;
 mod error;
 mod graph;
 mod hash;
+mod indexing;
 mod kernel;
+mod losses;
 mod matmul;
+pub mod nn;
 #[doc(hidden)]
 pub mod op;
 mod ops;

@@ -202,6 +202,10 @@ pub(crate) fn interpret(graph: &Graph, roots: &[NodeId], mut values: HashMap<Nod
             Op::Contiguous(a) => values[a].clone(),
             Op::Reduce(op, a, axis) => reduce(&values[a], dt, &graph.node(*a).shape, *op, *axis),
             Op::Matmul(a, b) => matmul(&values[a], &values[b], &graph.node(*a).shape, &graph.node(*b).shape, dt),
+            Op::Gather(src, index, axis) => {
+                let (sshape, itype) = (&graph.node(*src).shape, graph.node(*index).dtype);
+                gather_along(&values[src], sshape, &values[index], itype, shape, *axis)
+            }
             Op::Cat(parts, dim) => {
                 let vals: Vec<&[u32]> = parts.iter().map(|p| values[p].as_slice()).collect();
                 let shapes: Vec<&Shape> = parts.iter().map(|p| &graph.node(*p).shape).collect();
@@ -211,6 +215,29 @@ pub(crate) fn interpret(graph: &Graph, roots: &[NodeId], mut values: HashMap<Nod
         values.insert(id, v);
     }
     roots.iter().map(|r| values[r].clone()).collect()
+}
+
+/// `torch.gather` along `axis`: at each coordinate of `shape` (the index's), the source element at the same
+/// coordinates with the axis's replaced by the index; 0 where the index is out of range.
+fn gather_along(src: &[u32], sshape: &Shape, index: &[u32], itype: DType, shape: &Shape, axis: usize) -> Vec<u32> {
+    let (dims, sstrides) = (shape.dims(), sshape.contiguous_strides());
+    let extent = sshape.dims()[axis] as i64;
+    let mut coords = vec![0usize; dims.len()];
+    (0..shape.numel())
+        .map(|flat| {
+            let mut rest = flat;
+            for d in (0..dims.len()).rev() {
+                coords[d] = rest % dims[d];
+                rest /= dims[d];
+            }
+            let x = if itype == DType::U32 { index[flat] as i64 } else { index[flat] as i32 as i64 };
+            if !(0..extent).contains(&x) {
+                return 0;
+            }
+            coords[axis] = x as usize;
+            src[coords.iter().zip(sstrides.iter()).map(|(c, s)| c * s).sum::<usize>()]
+        })
+        .collect()
 }
 
 #[cfg(test)]

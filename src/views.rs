@@ -21,7 +21,7 @@ fn bad(op: &'static str, shape: &Shape, message: String) -> Error {
 
 impl Tensor {
     /// `dim` resolved against this tensor's axes (`extra` more allowed, for `unsqueeze` and `stack`).
-    fn axis(&self, op: &'static str, what: &str, dim: impl Dim, extra: usize) -> Result<usize> {
+    pub(crate) fn axis(&self, op: &'static str, what: &str, dim: impl Dim, extra: usize) -> Result<usize> {
         let n = self.ndim() + extra;
         dim.resolve(n).ok_or_else(|| bad(op, &self.shape, format!("{what} {dim} is out of range for {n} axes")))
     }

@@ -235,6 +235,52 @@ fn reduction_rules_match_central_differences() {
 }
 
 #[test]
+fn indexing_and_loss_rules_match_central_differences() {
+    let mut rng = Rng::new(14);
+    let x = random(&mut rng, &[4, 5], -2.0, 2.0);
+    let src = random(&mut rng, &[6, 5], -1.0, 1.0);
+    fn ints(v: &[i32], shape: &[usize], like: &Tensor) -> Tensor {
+        Tensor::from_slice_on(v, shape, like.device())
+    }
+    type Op = fn(&Tensor) -> Tensor;
+    let cases: [(&str, Op); 7] = [
+        ("gather", |x| x.gather(1, &ints(&[4, 0, 0, 2, 1, 1, 3, 3], &[4, 2], x))),
+        ("gather axis 0", |x| x.gather(0, &ints(&[3, 0, 0, 2, 1, 1, 3, 3, 2, 0], &[2, 5], x))),
+        ("index_select with repeats", |x| x.index_select(0, &ints(&[2, 2, 0, 3, 2], &[5], x))),
+        ("index_select columns", |x| x.index_select(-1, &ints(&[4, 1], &[2], x)) * 3.0),
+        ("embedding", |x| lazor::nn::functional::embedding(&ints(&[1, 3, 1, 0, 2, 1], &[2, 3], x), x)),
+        ("scatter_add into", |x| x.scatter_add(0, &ints(&[0, 3, 3, 1, 2], &[1, 5], x), &x.narrow(0, 0, 1))),
+        ("cross_entropy", |x| x.cross_entropy(&ints(&[4, 0, 2, 2], &[4], x))),
+    ];
+    for (name, op) in cases {
+        grad_check(name, std::slice::from_ref(&x), &|t| op(&t[0]));
+    }
+    type Op2 = fn(&Tensor, &Tensor) -> Tensor;
+    let pairs: [(&str, Op2); 4] = [
+        ("scatter_add", |x, s| {
+            // A computed index is not checked: 9 lands nowhere.
+            let index = Tensor::from_slice_on(&[3i32, 0, 3, 1, 9, 0, 1, 2, 2, 3], [2, 5], x.device()) + 0;
+            x.scatter_add(0, &index, s)
+        }),
+        ("index_add", |x, s| x.index_add(0, &Tensor::from_slice_on(&[1i32, 1, 0, 3, 2, 1], [6], x.device()), s)),
+        ("mse_loss", |x, s| x.mse_loss(&s.narrow(0, 0, 4))),
+        ("binary_cross_entropy_with_logits", |x, s| x.binary_cross_entropy_with_logits(&(s.narrow(0, 1, 4).sigmoid()))),
+    ];
+    for (name, op) in pairs {
+        let ins = [x.clone(), src.clone()];
+        grad_check(name, &ins, &|t| op(&t[0], &t[1]));
+    }
+    // Log-probabilities [N, C, d] with targets [N, d].
+    let lp = random(&mut rng, &[2, 3, 4], -3.0, 0.0);
+    grad_check("nll_loss [N, C, d]", std::slice::from_ref(&lp), &|t| {
+        t[0].nll_loss(&Tensor::from_slice_on(&[0i32, 2, 1, 1, 2, 0, 0, 1], [2, 4], t[0].device()))
+    });
+    grad_check("cross_entropy [N, C, d]", std::slice::from_ref(&lp), &|t| {
+        t[0].cross_entropy(&Tensor::from_slice_on(&[0i32, 2, 1, 1, 2, 0, 0, 1], [2, 4], t[0].device()))
+    });
+}
+
+#[test]
 fn matmul_rules_cover_every_form() {
     let mut rng = Rng::new(5);
     let cases: [(&str, &[usize], &[usize]); 7] = [

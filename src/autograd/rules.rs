@@ -120,6 +120,41 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         Rule::Clamp { x, min, max } => smallvec![Some((x.ge(*min) & x.le(*max)).where_cond(g, 0.0))],
         // The same mask and scale as the forward, recomputed from (seed, index) inside the gradient's kernel.
         Rule::Dropout { p, seed } => smallvec![Some(crate::random::dropout_values(g, *p, *seed))],
+        Rule::Gather { axis, index, from } => {
+            let zeros = Tensor::full_lane(from.clone(), 0, g.dtype, &g.device);
+            smallvec![Some(zeros.scattered(*axis, index, g))]
+        }
+        Rule::ScatterAdd { axis, index, src } => {
+            let picked = need(1).then(|| {
+                // `src` may reach past the index: nothing of it landed there.
+                let got = g.gathered(*axis, index);
+                (0..src.ndim()).fold(got, |t, d| {
+                    let (have, want) = (t.shape.dims()[d], src.dims()[d]);
+                    if have < want {
+                        pad(&t, d, 0, want)
+                    } else {
+                        t
+                    }
+                })
+            });
+            smallvec![need(0).then(|| g.clone()), picked]
+        }
+        // `(softmax - onehot) * g / rows`: one elementwise kernel over the logits.
+        Rule::CrossEntropy { logits, targets, lse } => {
+            let (rows, classes) = (logits.shape.dims()[0], logits.shape.dims()[1]);
+            let onehot = targets.unsqueeze(1).eq(Tensor::arange_on(classes, &g.device));
+            let soft = (logits - lse).exp();
+            let scale = g * (1.0 / rows.max(1) as f32);
+            smallvec![Some(onehot.where_cond(&soft - 1.0, &soft) * &scale), None]
+        }
+        Rule::BceWithLogits { x, t } => {
+            let n = x.shape.broadcast(&t.shape).map_or(1, |s| s.numel()).max(1);
+            let scale = g * (1.0 / n as f32);
+            smallvec![
+                need(0).then(|| sum_to((x.sigmoid() - t) * &scale, &x.shape)),
+                need(1).then(|| sum_to(-(x * &scale), &t.shape)),
+            ]
+        }
     }
 }
 

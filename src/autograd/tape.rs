@@ -58,6 +58,15 @@ pub(crate) enum Rule {
     Clamp { x: Tensor, min: f32, max: f32 },
     /// `dropout(p, seed)`: the mask is drawn again from the seed, not saved.
     Dropout { p: f32, seed: u64 },
+    /// `gather(axis, index)` of a tensor of shape `from` (and `index_select`, through a spread index).
+    Gather { axis: usize, index: Tensor, from: Shape },
+    /// `scatter_add(axis, index, src)` (and `index_add`) of the tensor, then `src` of shape `src`.
+    ScatterAdd { axis: usize, index: Tensor, src: Shape },
+    /// The mean cross-entropy of `logits` `[rows, classes]` against `targets` `[rows]` (`I32`), given the rows'
+    /// log-sum-exp `lse` `[rows, 1]`.
+    CrossEntropy { logits: Tensor, targets: Tensor, lse: Tensor },
+    /// The mean binary cross-entropy of logits `x` against targets `t` (broadcast together).
+    BceWithLogits { x: Tensor, t: Tensor },
 }
 
 thread_local! {

@@ -273,6 +273,14 @@ impl Emitter<'_> {
                 let u = self.b.ty(DType::U32);
                 format!("{name}(bitcast<{u}>(t{c}), t{k0}, t{k1})")
             }
+            Instr::Gather { input, base, index, stride_at } => {
+                assert!(!wide, "kernels that gather run one element per thread");
+                let (stride, extent) = (pi(*stride_at), pi(stride_at + 1));
+                // Clamped, so that the load stays in bounds even where its value is not taken.
+                self.line(depth, &format!("let x{n} = u32(t{base} + clamp(t{index}, 0, {extent} - 1) * {stride});"));
+                let value = self.elem(*input, &format!("x{n}"));
+                format!("select({ty}(0), {value}, t{index} >= 0 && t{index} < {extent})")
+            }
             Instr::Reduced => "folded".to_string(),
             Instr::Folded(f) if wide => format!("{ty}(f{f})"),
             Instr::Folded(f) => format!("f{f}"),

@@ -100,7 +100,9 @@ pub(super) fn materialize(
     for &id in order {
         let node = graph.node(id);
         let wants = match node.op {
-            Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) => !opts.fuse || outputs.contains(&id),
+            Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) | Op::Gather(..) => {
+                !opts.fuse || outputs.contains(&id)
+            }
             Op::Contiguous(_) | Op::Reduce(..) | Op::Matmul(..) => true,
             // Random numbers are recomputed by every reader, like an arange: storing them would cost a buffer
             // and a pass over memory, and dropout's backward regenerates its mask instead of reading it.
@@ -110,6 +112,13 @@ pub(super) fn materialize(
         let forced_here = forced.contains(&id) && node.op.is_compute();
         if (wants || forced_here) && node.shape.numel() > 0 {
             fusion.materialized.insert(id);
+        }
+        // A gather reads its source at data-dependent places: from a buffer, which no expression can stand in for.
+        if let Op::Gather(src, ..) = node.op {
+            let source = graph.node(src);
+            if !matches!(source.op, Op::Data(_) | Op::Buffer) && source.shape.numel() > 0 {
+                fusion.materialized.insert(src);
+            }
         }
     }
     // A single-output kernel binds parameters, its output and its inputs.
@@ -214,7 +223,7 @@ fn inlined_cost(graph: &Graph, fusion: &Fusion, id: NodeId) -> Inlined {
     // Views and copies compute nothing; a concatenation costs a comparison per part.
     let own_ops = match node.op {
         Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) | Op::Reduce(..) | Op::Matmul(..) => 1,
-        Op::Random(..) => 1,
+        Op::Random(..) | Op::Gather(..) => 1,
         Op::Cat(ref parts, _) => parts.len(),
         _ => 0,
     };
@@ -224,6 +233,7 @@ fn inlined_cost(graph: &Graph, fusion: &Fusion, id: NodeId) -> Inlined {
         let own_index = match &node.op {
             Op::View(v, _) => v.is_contiguous(),
             Op::Cat(..) | Op::Reduce(..) | Op::Matmul(..) => false,
+            Op::Gather(src, ..) if i == *src => false,
             _ => graph.node(i).shape == node.shape,
         };
         if fusion.is_buffer(graph, i) {

@@ -301,6 +301,7 @@ impl<'a> Lowerer<'a> {
                     self.value(*src, &Mapping { view, frame: m.frame }, Some(*src))?
                 }
                 Op::Contiguous(src) => self.value(*src, m, anchor)?,
+                Op::Gather(src, index, axis) => self.gather(id, *src, *index, *axis, m, anchor, fail)?,
                 Op::Cat(parts, dim) => self.cat(id, parts, *dim, m, fail)?,
                 Op::Data(_) | Op::Buffer | Op::Reduce(..) | Op::Matmul(..) => {
                     unreachable!("leaves, folds and products are loads")
@@ -309,6 +310,42 @@ impl<'a> Lowerer<'a> {
         };
         self.cache.insert(key, v);
         Ok(v)
+    }
+
+    /// A gather under `m`: the index at the node's coordinates, the source's element index at them with the
+    /// gathered axis's term left out, and the load that adds the index's term where it is in range.
+    #[allow(clippy::too_many_arguments)]
+    fn gather(
+        &mut self,
+        id: NodeId,
+        src: NodeId,
+        index: NodeId,
+        axis: usize,
+        m: &Mapping,
+        anchor: Option<NodeId>,
+        fail: NodeId,
+    ) -> Result<usize, NodeId> {
+        let node = self.graph.node(id);
+        let (shape, dt) = (node.shape.clone(), node.dtype);
+        let mut index = self.value(index, m, anchor)?;
+        if self.k.types[index] != DType::I32 {
+            // A u32 index past i32's range turns negative: out of range either way.
+            index = self.push(Instr::Cast(index), DType::I32);
+        }
+        let source = &self.graph.node(src).shape;
+        let (stride, extent) = (source.contiguous_strides()[axis] as isize, source.dims()[axis] as isize);
+        let mut strides = contiguous_strides(source);
+        strides[axis] = 0;
+        let inner = View { shape, strides, offset: 0 };
+        let view = m.view.compose(&inner).ok_or(fail)?;
+        let view = self.view_of(&Mapping { view, frame: m.frame });
+        let base = self.push(Instr::Index { view }, DType::I32);
+        let slot = self.slot(src);
+        let input = self.input(slot, self.graph.node(src).dtype);
+        let stride_at = self.param_i(stride);
+        self.param_i(extent);
+        self.k.fused_ops += 1;
+        Ok(self.push(Instr::Gather { input, base, index, stride_at }, dt))
     }
 
     /// For a float `a - a`, `a + (-a)`, `(-a) + a` or `a / a`: the `a`. Shader compilers fold these to 0 or 1
@@ -473,7 +510,7 @@ impl<'a> Lowerer<'a> {
 
     /// Picks 4 elements per thread where every access allows it, and how each load then reads its 4.
     pub fn vectorize(&mut self) {
-        if self.k.kind != Kind::Elementwise || self.tile() {
+        if self.k.kind != Kind::Elementwise || self.has_gather() || self.tile() {
             return;
         }
         let k = &mut self.k;
@@ -533,10 +570,18 @@ impl<'a> Lowerer<'a> {
 }
 
 impl Lowerer<'_> {
+    /// Whether the body gathers: such kernels run one element per thread.
+    fn has_gather(&self) -> bool {
+        self.k.body.iter().any(|i| matches!(i, Instr::Gather { .. }))
+    }
+
     /// Folds 4 adjacent elements at a time in a reduce kernel whose folded axis is the innermost, as long as every
     /// read of the prologue (instructions `..prologue`) allows it; the epilogue stays scalar. A rows kernel passes
     /// its whole body: every phase, folds and maps, then steps through the row 4 elements at a time.
     pub fn vectorize_fold(&mut self, prologue: usize, axis: usize) {
+        if self.has_gather() {
+            return;
+        }
         let k = &mut self.k;
         let rank = k.shape.ndim();
         let n = k.shape.dims()[axis];

@@ -299,6 +299,20 @@ fn instr(ctx: &Ctx, i: usize, batch: &Batch, regs: &mut Regs, out: &mut [f32]) {
             let (c, a, b) = (regs.get(ctx, *c, n), regs.get(ctx, *a, n), regs.get(ctx, *b, n));
             simd::select(c, a, b, out);
         }
+        Instr::Gather { input, base, index, stride_at } => {
+            let (stride, extent) = (param(k, *stride_at), param(k, stride_at + 1));
+            let (base, index) = (regs.get(ctx, *base, n), regs.get(ctx, *index, n));
+            let at = |j: usize| {
+                let x = index[j].to_bits() as i32 as i64;
+                (0..extent).contains(&x).then(|| (base[j].to_bits() as i32 as i64 + x * stride) as usize)
+            };
+            ctx.gather(*input, out, |j| at(j).unwrap_or(0));
+            for (j, o) in out.iter_mut().enumerate() {
+                if at(j).is_none() {
+                    *o = 0.0;
+                }
+            }
+        }
         // The same value for every batch of a task: filled when the batch length changes, not per batch.
         Instr::Scalar(at) => {
             let v = f32::from_bits(k.params[*at]);

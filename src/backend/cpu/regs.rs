@@ -49,8 +49,8 @@ pub(super) fn mappable(op: UnaryOp) -> bool {
 pub(super) fn operands(instr: &Instr) -> SmallVec<[usize; 3]> {
     match instr {
         Instr::Unary(_, a) | Instr::Cast(a) => smallvec![*a],
-        Instr::Binary(_, a, b) if a == b => smallvec![*a],
-        Instr::Binary(_, a, b) => smallvec![*a, *b],
+        Instr::Binary(_, a, b) | Instr::Gather { base: a, index: b, .. } if a == b => smallvec![*a],
+        Instr::Binary(_, a, b) | Instr::Gather { base: a, index: b, .. } => smallvec![*a, *b],
         Instr::Random(_, c, k0, k1) => {
             let mut v: SmallVec<[usize; 3]> = smallvec![*c, *k0, *k1];
             v.sort_unstable();
