@@ -2,7 +2,7 @@
 //! views and reductions; the CPU backend next to a hand-written rayon loop, lavapipe and ndarray.
 //! Prints markdown tables; `docs/BENCHMARKS.md` records what it printed. This file parses the arguments and runs
 //! the sections; each section is a file under `bench/` (`elementwise.rs`, `views.rs`, `reductions.rs`, `cpu.rs`,
-//! `matmul.rs`, `dtypes.rs`, `life.rs`), over the shared `timing.rs` (settings, medians, number formats),
+//! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`), over the shared `timing.rs` (settings, medians, number formats),
 //! `check.rs` (checks against the host, dispatch counts) and `raw.rs` (raw wgpu copies and hand-written kernels).
 //!
 //! ```text
@@ -72,6 +72,8 @@ mod raw;
 mod reductions;
 #[path = "bench/timing.rs"]
 mod timing;
+#[path = "bench/training.rs"]
+mod training;
 #[path = "bench/views.rs"]
 mod views;
 
@@ -100,9 +102,10 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    const SECTIONS: [&str; 8] = ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes", "life", "random"];
+    const SECTIONS: [&str; 9] =
+        ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes", "life", "random", "training"];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] [random] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] [random] [training] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -139,6 +142,13 @@ fn main() -> ExitCode {
         let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
         let log2: &[u32] = if small { &[20] } else { &[24, 26] };
         if !random::run(&dev, &cfg, log2) {
+            return ExitCode::FAILURE;
+        }
+    }
+    if wanted("training") {
+        let (dev, small) = default_device();
+        let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
+        if !training::run(&dev, &cfg, small) {
             return ExitCode::FAILURE;
         }
     }

@@ -86,17 +86,19 @@ impl Tensor {
             return Err(mismatch(op, message, &self.shape, &index.shape));
         }
         check_host(op, index, dims[axis])?;
-        Ok(self.gathered(axis, index))
+        Ok(self.gathered(axis, index, None))
     }
 
-    /// The gather node (zeros where nothing can be read), recorded for autograd.
-    pub(crate) fn gathered(&self, axis: usize, index: &Tensor) -> Tensor {
+    /// The gather node (zeros where nothing can be read), recorded for autograd; `line` is the 1-D index an
+    /// `index_select` spread into `index`, which its gradient can use.
+    pub(crate) fn gathered(&self, axis: usize, index: &Tensor, line: Option<&Tensor>) -> Tensor {
         let out = if self.shape.dims()[axis] == 0 || index.numel() == 0 {
             Tensor::full_lane(index.shape.clone(), 0, self.dtype, &self.device)
         } else {
             Tensor::from_op(&self.device, Op::Gather(self.id, index.id, axis), index.shape.clone(), self.dtype)
         };
-        record(out, &[self], |_| Rule::Gather { axis, index: index.clone(), from: self.shape.clone() })
+        let line = line.cloned();
+        record(out, &[self], |_| Rule::Gather { axis, index: index.clone(), line, from: self.shape.clone() })
     }
 
     /// The slices along `dim` at the positions of the 1-D `index` (`I32` or `U32`), in its order, as
@@ -133,7 +135,7 @@ impl Tensor {
             return Err(Error::BadArgument { op, message, shape: self.shape.clone() });
         }
         check_host(op, index, self.shape.dims()[axis])?;
-        Ok(self.gathered(axis, &self.spread(axis, index, &self.shape)))
+        Ok(self.gathered(axis, &self.spread(axis, index, &self.shape), Some(index)))
     }
 
     /// The 1-D `index` laid along `axis` of `like` (with the index's length there) and repeated over its other
@@ -186,7 +188,7 @@ impl Tensor {
             return Err(mismatch(op, message, &self.shape, &index.shape));
         }
         check_host(op, index, dims[axis])?;
-        Ok(self.scattered(axis, index, src))
+        Ok(self.scattered(axis, index, None, src))
     }
 
     /// A copy of this tensor with the slices of `src` along `dim` added at the positions of the 1-D `index`
@@ -229,7 +231,7 @@ impl Tensor {
             return Err(mismatch(op, message, &self.shape, &src.shape));
         }
         check_host(op, index, self.shape.dims()[axis])?;
-        Ok(self.scattered(axis, &self.spread(axis, index, &self.shape), src))
+        Ok(self.scattered(axis, &self.spread(axis, index, &src.shape), Some(index), src))
     }
 
     /// The checks `scatter_add` and `index_add` share: devices and types.
@@ -244,10 +246,14 @@ impl Tensor {
         Ok(())
     }
 
-    /// `self + scatter(src)`, built untracked and recorded as one op.
-    pub(crate) fn scattered(&self, axis: usize, index: &Tensor, src: &Tensor) -> Tensor {
-        let sum = crate::autograd::no_grad(|| scatter_sum(axis, index, &src.detach(), &self.shape));
-        let out = crate::autograd::no_grad(|| self.detach() + &sum);
+    /// `self + scatter(src)`, built untracked and recorded as one op. `line` is the 1-D index an `index_add`
+    /// spread into `index`: when it is host data, the sums are planned from its values (`segments.rs`).
+    pub(crate) fn scattered(&self, axis: usize, index: &Tensor, line: Option<&Tensor>, src: &Tensor) -> Tensor {
+        let (base, values) = (self.detach(), src.detach());
+        let out = crate::autograd::no_grad(|| match line.and_then(crate::segments::host_values) {
+            Some(line) => crate::segments::index_add(&base, axis, &line, &values),
+            None => &base + &scatter_sum(axis, index, &values, &self.shape),
+        });
         record(out, &[self, src], |_| Rule::ScatterAdd { axis, index: index.clone(), src: src.shape.clone() })
     }
 

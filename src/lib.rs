@@ -48,6 +48,7 @@ mod reductions;
 #[doc(hidden)]
 pub mod reference;
 mod schedule;
+mod segments;
 mod shape;
 mod stats;
 mod tensor;

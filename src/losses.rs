@@ -74,7 +74,7 @@ impl Tensor {
         let x = scores.detach();
         let (loss, lse) = no_grad(|| {
             let lse = x.logsumexp(1).unsqueeze(1);
-            let picked = x.gathered(1, &targets.unsqueeze(1));
+            let picked = x.gathered(1, &targets.unsqueeze(1), None);
             ((&lse - &picked).mean_all(), lse)
         });
         Ok(record(loss, &[&scores], |_| Rule::CrossEntropy { logits: x, targets, lse }))
@@ -104,7 +104,7 @@ impl Tensor {
     /// As [`Tensor::try_cross_entropy`].
     pub fn try_nll_loss(&self, targets: &Tensor) -> Result<Tensor> {
         let (scores, targets) = self.by_rows("nll_loss", targets)?;
-        Ok(-scores.gathered(1, &targets.unsqueeze(1)).mean_all())
+        Ok(-scores.gathered(1, &targets.unsqueeze(1), None).mean_all())
     }
 
     /// The mean squared error `mean((self - target)^2)`, as `torch.nn.functional.mse_loss`; the shapes broadcast.

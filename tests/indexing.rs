@@ -399,3 +399,41 @@ fn gathers_feed_products_folds_and_rows_kernels() {
         }
     }
 }
+
+#[test]
+fn index_add_of_host_indices_groups_rows_on_the_host() {
+    let mut rng = Rng::new(7);
+    // Uniform, all one row, one heavy row among singles, Zipf-like, and an empty index.
+    let (n, d) = (40, 13);
+    let heavy: Vec<i64> = (0..60).map(|i| if i % 2 == 0 { 7 } else { i / 2 }).collect();
+    let zipf: Vec<i64> = (0..200).map(|_| (n as f32 * rng.uniform(0.0, 1.0).powi(4)) as i64).collect();
+    let uniform: Vec<i64> = (0..150).map(|_| rng.below(n) as i64).collect();
+    let cases: [(&str, Vec<i64>); 5] =
+        [("uniform", uniform), ("one row", vec![3; 50]), ("heavy", heavy), ("zipf", zipf), ("empty", vec![])];
+    for dev in devices() {
+        for axis in [0, 1] {
+            for (name, idx) in &cases {
+                let m = idx.len();
+                let (dims, sdims) = if axis == 0 { ([n, d], [m, d]) } else { ([d, n], [d, m]) };
+                let base = rng.vec(n * d, -1.0, 1.0);
+                let src = rng.vec(m * d, -1.0, 1.0);
+                let spread: Vec<i64> = (0..m * d).map(|f| idx[coords(f, &sdims)[axis]]).collect();
+                let want = scatter_loop(&base, &dims, axis, &spread, &sdims, &src, &sdims);
+                let x = Tensor::from_slice_on(&base, dims, &dev);
+                let s = Tensor::from_slice_on(&src, sdims, &dev);
+                let host: Vec<i32> = idx.iter().map(|&v| v as i32).collect();
+                let before = dev.stats();
+                let y = x.index_add(axis, &Tensor::from_slice_on(&host, [m], &dev), &s);
+                y.realize().unwrap();
+                let kernels = dev.stats().dispatches - before.dispatches;
+                let what = format!("index_add of {name} host indices, axis {axis}, on {}", dev.name());
+                // At most two blocks, each one fold, then one kernel adding them (a moved axis may add a copy).
+                assert!(kernels <= 4, "{what}: {kernels} kernels");
+                let got = check(&y, 1e-6, 1e-6, &what);
+                assert_close(&got, &want, 1e-5, 1e-5, &what);
+                let again = x.index_add(axis, &Tensor::from_slice_on(&host, [m], &dev), &s).to_vec();
+                assert!(got.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: runs differ");
+            }
+        }
+    }
+}

@@ -120,14 +120,14 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         Rule::Clamp { x, min, max } => smallvec![Some((x.ge(*min) & x.le(*max)).where_cond(g, 0.0))],
         // The same mask and scale as the forward, recomputed from (seed, index) inside the gradient's kernel.
         Rule::Dropout { p, seed } => smallvec![Some(crate::random::dropout_values(g, *p, *seed))],
-        Rule::Gather { axis, index, from } => {
+        Rule::Gather { axis, index, line, from } => {
             let zeros = Tensor::full_lane(from.clone(), 0, g.dtype, &g.device);
-            smallvec![Some(zeros.scattered(*axis, index, g))]
+            smallvec![Some(zeros.scattered(*axis, index, line.as_ref(), g))]
         }
         Rule::ScatterAdd { axis, index, src } => {
             let picked = need(1).then(|| {
                 // `src` may reach past the index: nothing of it landed there.
-                let got = g.gathered(*axis, index);
+                let got = g.gathered(*axis, index, None);
                 (0..src.ndim()).fold(got, |t, d| {
                     let (have, want) = (t.shape.dims()[d], src.dims()[d]);
                     if have < want {

@@ -58,8 +58,9 @@ pub(crate) enum Rule {
     Clamp { x: Tensor, min: f32, max: f32 },
     /// `dropout(p, seed)`: the mask is drawn again from the seed, not saved.
     Dropout { p: f32, seed: u64 },
-    /// `gather(axis, index)` of a tensor of shape `from` (and `index_select`, through a spread index).
-    Gather { axis: usize, index: Tensor, from: Shape },
+    /// `gather(axis, index)` of a tensor of shape `from` (and `index_select`, through its 1-D index `line`
+    /// spread into `index`).
+    Gather { axis: usize, index: Tensor, line: Option<Tensor>, from: Shape },
     /// `scatter_add(axis, index, src)` (and `index_add`) of the tensor, then `src` of shape `src`.
     ScatterAdd { axis: usize, index: Tensor, src: Shape },
     /// The mean cross-entropy of `logits` `[rows, classes]` against `targets` `[rows]` (`I32`), given the rows'
