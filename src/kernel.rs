@@ -64,6 +64,50 @@ impl MatmulTile {
     pub fn groups(&self, m: usize, n: usize) -> usize {
         m.div_ceil(self.bm as usize) * n.div_ceil(self.bn as usize)
     }
+
+    /// Bytes of workgroup memory the tiled kernel stages a step of k of both operands in (f32).
+    pub fn workgroup_bytes(&self) -> u32 {
+        (self.bm + self.bn) * self.bk * 4
+    }
+}
+
+/// The blockings a backend's tiled matmuls choose from by shape, and how many workgroups keep its device busy.
+/// Large tiles reuse each loaded element the most (8 x 8 outputs per thread), but a GPU needs a few workgroups
+/// per compute unit: products with fewer `large` tiles than `min_large_groups` take `small` ones, and thin ones a
+/// tile that matches their shape (`tall` for few columns, `wide` for few rows and for tensor cores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulTiles {
+    pub large: MatmulTile,
+    pub small: MatmulTile,
+    pub tall: MatmulTile,
+    pub wide: MatmulTile,
+    pub min_large_groups: usize,
+}
+
+impl MatmulTiles {
+    /// The table tuned on the H200 (132 compute units: 264 is two large workgroups each;
+    /// docs/notes/benchmarks-log.md#matmul).
+    pub const TUNED: MatmulTiles = MatmulTiles {
+        large: MatmulTile { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 },
+        small: MatmulTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 },
+        tall: MatmulTile { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 },
+        wide: MatmulTile { bm: 64, bn: 128, bk: 8, tm: 4, tn: 8 },
+        min_large_groups: 264,
+    };
+
+    /// The table for a device with `workgroup_bytes` of workgroup memory that wants `busy` workgroups in flight:
+    /// the tuned shapes that fit (the small tile stands in for one that does not), the threshold scaled.
+    pub fn fitted(workgroup_bytes: u32, busy: usize) -> MatmulTiles {
+        let t = MatmulTiles::TUNED;
+        let fit = |tile: MatmulTile| if tile.workgroup_bytes() <= workgroup_bytes { tile } else { t.small };
+        MatmulTiles {
+            large: fit(t.large),
+            small: t.small,
+            tall: fit(t.tall),
+            wide: fit(t.wide),
+            min_large_groups: busy.max(1),
+        }
+    }
 }
 
 /// One phase of a [`Kind::Rows`] kernel.

@@ -61,6 +61,7 @@ impl Device {
                 tm,
                 tn,
             }),
+            matmul_tiles: backend.matmul_tiles(),
         }
     }
 

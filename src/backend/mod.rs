@@ -70,6 +70,8 @@ pub(crate) trait Backend: Send + Sync {
     fn max_bindings(&self) -> usize;
     /// The largest buffer one kernel may bind, in bytes.
     fn max_buffer_bytes(&self) -> u64;
+    /// The blockings tiled matmul kernels choose from on this device.
+    fn matmul_tiles(&self) -> crate::kernel::MatmulTiles;
     /// Fails if the device was lost or reported an error since the last call.
     fn check_health(&self) -> Result<()>;
     /// Runs `job`. On error nothing it created survives, and the caller's values are unchanged.

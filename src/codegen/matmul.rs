@@ -327,7 +327,7 @@ mod tests {
         let b = data(&mut g, k, n, b_transposed);
         let p = g.add(Op::Matmul(a, b), Shape::from([m, n]), DType::F16);
         let out = g.add(Op::Unary(UnaryOp::Relu, p), Shape::from([m, n]), DType::F16);
-        let opts = Options { fuse: true, max_bindings: 8, max_ops: 256, matmul_tile: None };
+        let opts = Options::TEST;
         let kernels = plan(&g, &[out], &opts).kernels;
         assert_eq!(kernels.len(), 1, "the product and its epilogue are one kernel");
         kernels[0].clone()

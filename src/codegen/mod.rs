@@ -349,7 +349,7 @@ mod tests {
         let e = un(&mut g, UnaryOp::Exp, d);
         let s = fold(&mut g, ReduceOp::Sum, e, 1);
         let out = bin(&mut g, BinaryOp::Div, e, s);
-        let p = plan(&g, &[out], &Options { fuse: true, max_bindings: 8, max_ops: 256, matmul_tile: None });
+        let p = plan(&g, &[out], &Options::TEST);
         generate(&p.kernels[0], target)
     }
 

@@ -160,6 +160,11 @@ impl PlanCache {
         key.extend([u64::from(opts.fuse), opts.max_bindings as u64, opts.max_ops as u64, order.len() as u64]);
         let tile = opts.matmul_tile.map_or([0; 5], |t| [t.bm, t.bn, t.bk, t.tm, t.tn]);
         key.extend(tile.map(u64::from));
+        let tiles = &opts.matmul_tiles;
+        for t in [tiles.large, tiles.small, tiles.tall, tiles.wide] {
+            key.extend([t.bm, t.bn, t.bk, t.tm, t.tn].map(u64::from));
+        }
+        key.push(tiles.min_large_groups as u64);
         for (p, &id) in order.iter().enumerate() {
             place.insert(id, p as u32);
             let node = graph.node(id);
@@ -190,7 +195,7 @@ mod tests {
     use crate::shape::Shape;
     use crate::view::View;
 
-    const FUSE: Options = Options { fuse: true, max_bindings: 8, max_ops: 256, matmul_tile: None };
+    const FUSE: Options = Options::TEST;
 
     /// A layer norm of `x` as users write it: `(x - mean) / sqrt(var + eps)`.
     fn layer_norm(g: &mut Graph, x: NodeId, eps: f32) -> NodeId {

@@ -36,6 +36,20 @@ pub struct Options {
     /// The blocking every tiled matmul uses instead of the shape table (`LAZOR_MATMUL_TILE`, a tuning knob read
     /// by the device, not here: the scheduler reads no environment of its own).
     pub matmul_tile: Option<crate::kernel::MatmulTile>,
+    /// The blockings tiled matmuls choose from by shape: the backend's, for its adapter.
+    pub matmul_tiles: crate::kernel::MatmulTiles,
+}
+
+impl Options {
+    /// Fusion on, 8 bindings, 256 ops per kernel, the tuned matmul table: the options unit tests plan with.
+    #[cfg(test)]
+    pub const TEST: Options = Options {
+        fuse: true,
+        max_bindings: 8,
+        max_ops: 256,
+        matmul_tile: None,
+        matmul_tiles: crate::kernel::MatmulTiles::TUNED,
+    };
 }
 
 /// A group of materialized nodes: one future kernel.

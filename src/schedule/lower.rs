@@ -662,6 +662,8 @@ pub(super) struct GroupCtx<'a> {
     pub scratch: &'a mut dyn FnMut(u64) -> usize,
     /// The blocking every tiled matmul uses instead of the shape table ([`super::Options::matmul_tile`]).
     pub tile: Option<crate::kernel::MatmulTile>,
+    /// The backend's table of matmul blockings ([`super::Options::matmul_tiles`]).
+    pub tiles: crate::kernel::MatmulTiles,
 }
 
 /// Lowers one elementwise group to a kernel. Fails with a node that must be materialized first.

@@ -6,19 +6,10 @@ use super::lower::{kernel, GroupCtx, Lowerer};
 use super::reduce::{lower_fold, Fold};
 use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
-use crate::kernel::{Instr, Kernel, Kind, Matmul, MatmulTile};
+use crate::kernel::{Instr, Kernel, Kind, Matmul, MatmulTile, MatmulTiles};
 use crate::op::{BinaryOp, ReduceOp};
 use crate::shape::Shape;
 use crate::view::View;
-
-/// The blocking table, by shape. Large tiles reuse each loaded element the most (8 x 8 outputs per thread), but a
-/// GPU needs a few workgroups per compute unit: products with fewer large tiles than `MIN_LARGE_GROUPS` use 64 x 64
-/// tiles, and thin ones a tile that matches their shape. Tuned on the H200 (docs/notes/benchmarks-log.md#matmul).
-const LARGE: MatmulTile = MatmulTile { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 };
-const SMALL: MatmulTile = MatmulTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
-const TALL: MatmulTile = MatmulTile { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 };
-const WIDE: MatmulTile = MatmulTile { bm: 64, bn: 128, bk: 8, tm: 4, tn: 8 };
-const MIN_LARGE_GROUPS: usize = 264;
 
 /// Products with at most this many rows or columns of output are folds over k, like matrix-vector products: a
 /// tile would be mostly empty and there would be few of them, each walking all of k alone. The weight gradient of
@@ -29,23 +20,21 @@ const THIN: usize = 16;
 /// The tile for a product of `batch` matrices of `m` x `n` outputs; `f16` when both operands are f16, which run on
 /// tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3 (H200, 110 and
 /// 118 TFLOP/s against 102 and 99 for 128 x 128; docs/matmul.md), at a cost of about 5% to the tiled kernel.
-pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, forced: Option<MatmulTile>) -> MatmulTile {
-    if let Some(tile) = forced {
-        return tile;
+pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, tiles: &MatmulTiles) -> MatmulTile {
+    let busy = |tile: MatmulTile| tile.groups(m, n) * batch >= tiles.min_large_groups;
+    if f16 && busy(tiles.wide) {
+        return tiles.wide;
     }
-    if f16 && WIDE.groups(m, n) * batch >= MIN_LARGE_GROUPS {
-        return WIDE;
+    if busy(tiles.large) {
+        return tiles.large;
     }
-    if LARGE.groups(m, n) * batch >= MIN_LARGE_GROUPS {
-        return LARGE;
+    if n <= 64 && busy(tiles.tall) {
+        return tiles.tall;
     }
-    if n <= 64 && TALL.groups(m, n) * batch >= MIN_LARGE_GROUPS {
-        return TALL;
+    if m <= 64 && busy(tiles.wide) {
+        return tiles.wide;
     }
-    if m <= 64 && WIDE.groups(m, n) * batch >= MIN_LARGE_GROUPS {
-        return WIDE;
-    }
-    SMALL
+    tiles.small
 }
 
 /// Lowers the group whose first member is a matmul node.
@@ -59,7 +48,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     if m.min(n) <= THIN {
         return matrix_vector(cx);
     }
-    let GroupCtx { fusion, grp, written, slot, tile: forced, .. } = cx;
+    let GroupCtx { fusion, grp, written, slot, tile: forced, tiles, .. } = cx;
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
     let k = sa.dims()[r - 1];
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &out, out.numel()), slot);
@@ -76,7 +65,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let (a_along_k, b_along_k) = (along_k(&l.k, 0..a_end, r - 1, r - 2), along_k(&l.k, a_end..b_end, r - 2, r - 1));
     let batch = out.numel() / (m * n);
     let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
-    let tile = choose_tile(m, n, batch, f16, forced);
+    let tile = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, &tiles));
     l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile });
     Ok(vec![l.k])
 }
@@ -178,4 +167,24 @@ fn matrix_vector(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let axis = if k_inner { domain.len() - 1 } else { r - 2 };
     let fold = Fold { op: ReduceOp::Sum, domain: Shape::from(domain), axis, dtype: DType::F32, value: &mut value };
     lower_fold(cx, fold)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_follow_the_backends_table() {
+        let tuned = MatmulTiles::TUNED;
+        assert_eq!(choose_tile(4096, 4096, 1, false, &tuned), tuned.large);
+        assert_eq!(choose_tile(512, 512, 1, false, &tuned), tuned.small, "16 large workgroups do not fill the H200");
+        assert_eq!(choose_tile(4096, 4096, 1, true, &tuned), tuned.wide);
+        // A device busy with 4 workgroups takes large tiles where the H200 would not.
+        let cpu = MatmulTiles::fitted(16384, 4);
+        assert_eq!(choose_tile(512, 512, 1, false, &cpu), cpu.large);
+        // Too little workgroup memory for the large tiles: the small one stands in.
+        let tight = MatmulTiles::fitted(4096, 264);
+        assert_eq!((tight.large, tight.tall, tight.wide), (tuned.small, tuned.small, tuned.small));
+        assert!(tuned.small.workgroup_bytes() <= 16384 && tuned.large.workgroup_bytes() <= 16384);
+    }
 }

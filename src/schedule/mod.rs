@@ -175,6 +175,7 @@ fn plan_ordered(graph: &Graph, unique: Vec<NodeId>, seen: &FastSet<NodeId>, orde
                     slot: &mut |id| cell.borrow_mut().get(id),
                     scratch: &mut |bytes| cell.borrow_mut().scratch(head, bytes),
                     tile: opts.matmul_tile,
+                    tiles: opts.matmul_tiles,
                 };
                 match g.head {
                     Some(_) if g.rows => kernels.push(reduce::lower_rows(cx)?),
@@ -252,8 +253,8 @@ mod tests {
     use crate::op::{BinaryOp, UnaryOp};
     use crate::shape::Shape;
 
-    const FUSE: Options = Options { fuse: true, max_bindings: 8, max_ops: 256, matmul_tile: None };
-    const NOFUSE: Options = Options { fuse: false, max_bindings: 8, max_ops: 256, matmul_tile: None };
+    const FUSE: Options = Options::TEST;
+    const NOFUSE: Options = Options { fuse: false, ..Options::TEST };
 
     /// `((a + b) * 5.0 - c) / 2.0`
     fn chain3(g: &mut Graph, n: usize) -> NodeId {

@@ -102,6 +102,11 @@ impl Backend for CpuBackend {
         MAX_BINDINGS
     }
 
+    fn matmul_tiles(&self) -> crate::kernel::MatmulTiles {
+        // Products run through `gemm`, which blocks for the host's caches itself: the IR's tile is not read.
+        crate::kernel::MatmulTiles::TUNED
+    }
+
     fn max_buffer_bytes(&self) -> u64 {
         // Kernel parameters hold element indices and strides as 32-bit integers, as on the GPU.
         i32::MAX as u64 * 4

@@ -251,7 +251,7 @@ mod tests {
     use std::ops::Range;
 
     fn kernels(g: &Graph, out: NodeId) -> Vec<Kernel> {
-        plan(g, &[out], &Options { fuse: true, max_bindings: 8, max_ops: 256, matmul_tile: None }).kernels.to_vec()
+        plan(g, &[out], &Options::TEST).kernels.to_vec()
     }
 
     /// Replays the kernel's ranges in the order the CPU backend evaluates them, tracking which instruction last

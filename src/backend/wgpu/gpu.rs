@@ -281,6 +281,20 @@ impl Gpu {
     pub fn max_binding_bytes(&self) -> u64 {
         self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
     }
+
+    /// The matmul blockings for this adapter: the tuned shapes that fit its workgroup memory, and enough large
+    /// workgroups to keep it busy. wgpu does not report compute units, so the threshold follows the kind of
+    /// adapter: the H200's (two per unit of 132) for a discrete GPU, a quarter of that for an integrated one, and
+    /// two per host thread for a CPU adapter (lavapipe), which runs a workgroup per thread.
+    pub fn matmul_tiles(&self) -> crate::kernel::MatmulTiles {
+        let tuned = crate::kernel::MatmulTiles::TUNED;
+        let busy = match self.info.device_type {
+            wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::Other => tuned.min_large_groups,
+            wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::VirtualGpu => tuned.min_large_groups / 4,
+            wgpu::DeviceType::Cpu => 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        crate::kernel::MatmulTiles::fitted(self.limits.max_compute_workgroup_storage_size, busy)
+    }
 }
 
 impl Drop for Gpu {

@@ -243,6 +243,10 @@ impl Backend for WgpuBackend {
         self.gpu.max_binding_bytes()
     }
 
+    fn matmul_tiles(&self) -> crate::kernel::MatmulTiles {
+        self.gpu.matmul_tiles()
+    }
+
     fn check_health(&self) -> Result<()> {
         self.gpu.check_health()
     }
