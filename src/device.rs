@@ -5,10 +5,9 @@ use crate::backend::wgpu::WgpuBackend;
 use crate::backend::{Backends, WgpuOnly};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
-use crate::realize::State;
+use crate::realize::{Engine, State};
 use crate::stats::Stats;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// A device (today a wgpu adapter) and everything lazor keeps for it: its graph, buffers, pipelines and counters.
@@ -24,17 +23,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// ```
 #[derive(Clone)]
 pub struct Device {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub backend: Backends,
-    state: Mutex<State>,
-    fuse: AtomicBool,
-    /// `LAZOR_MAX_FUSED_OPS`, read once.
-    pub max_ops: usize,
-    /// `LAZOR_DEBUG`, read once.
-    pub debug: u32,
+    /// The engine that plans and runs this device's work (`realize.rs`).
+    pub(crate) inner: Arc<Engine>,
 }
 
 static DEFAULT: OnceLock<Device> = OnceLock::new();
@@ -73,15 +63,7 @@ impl Device {
     }
 
     fn with_backend(backend: Backends) -> Device {
-        let dev = Device {
-            inner: Arc::new(Inner {
-                backend,
-                state: Mutex::new(State::default()),
-                fuse: AtomicBool::new(!crate::env::nofuse()),
-                max_ops: crate::env::max_fused_ops(),
-                debug: crate::env::debug_level(),
-            }),
-        };
+        let dev = Device { inner: Arc::new(Engine::new(backend)) };
         if crate::env::profile() {
             dev.profile_until_exit();
         }
@@ -266,7 +248,7 @@ impl Device {
 
     /// Turns fusion on (the default) or off (one kernel per op, as with `LAZOR_NOFUSE=1`) for later realizes.
     pub fn set_fusion(&self, on: bool) {
-        self.inner.fuse.store(on, Ordering::Relaxed);
+        self.inner.set_fusion(on);
     }
 
     /// Lets generated kernels use subgroup operations where the device has them (the default, unless
@@ -313,7 +295,7 @@ impl Device {
 
     /// Whether later realizes fuse.
     pub fn fusion(&self) -> bool {
-        self.inner.fuse.load(Ordering::Relaxed)
+        self.inner.fusion()
     }
 
     /// Live graph nodes: tensors and the unrealized expressions they need.
@@ -340,7 +322,37 @@ impl Device {
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.state()
+    }
+
+    /// Realizes `outputs` as one job and, in it, starts reading back each of `read` (see [`Engine::run`]).
+    pub(crate) fn run(&self, outputs: &[NodeId], read: &[NodeId]) -> Result<Vec<Option<crate::backend::ReadId>>> {
+        self.inner.run(outputs, read)
+    }
+
+    /// Realizes `ids` in one job and reads back the words of their buffers, blocking.
+    pub(crate) fn read(&self, ids: &[NodeId]) -> Result<Vec<Vec<u32>>> {
+        self.inner.read(ids)
+    }
+
+    /// Realizes `id` and lends its words to `f` (no words for an empty tensor), blocking.
+    pub(crate) fn read_with(&self, id: NodeId, f: &mut dyn FnMut(&[u32])) -> Result<()> {
+        self.inner.read_with(id, f)
+    }
+
+    /// Realizes `ids` in one job and reads them back without blocking the caller's thread on the device.
+    pub(crate) async fn read_async(&self, ids: &[NodeId]) -> Result<Vec<Vec<u32>>> {
+        self.inner.read_async(ids).await
+    }
+
+    /// The scheduler's options for this device as it is set now.
+    pub(crate) fn schedule_options(&self) -> crate::schedule::Options {
+        self.inner.schedule_options()
+    }
+
+    /// Gives buffers of freed nodes back to the backend.
+    pub(crate) fn free(&self, stats: &mut Stats, freed: Vec<crate::graph::BufferKey>) {
+        self.inner.free(stats, freed)
     }
 
     pub(crate) fn same(&self, other: &Device) -> bool {
@@ -372,15 +384,5 @@ impl Eq for Device {}
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Device").field("name", &self.inner.backend.name()).finish()
-    }
-}
-
-impl Drop for Inner {
-    /// A device dropped while `LAZOR_PROFILE=1` collected its kernels prints their table.
-    fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some(runs) = state.profile.take() {
-            crate::profile::print_on_drop(runs, self.backend.name());
-        }
     }
 }

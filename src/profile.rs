@@ -187,10 +187,11 @@ impl Device {
 
 /// Printing `LAZOR_PROFILE`'s tables when the process exits, for every device still alive.
 mod at_exit {
-    use crate::device::{Device, Inner};
+    use crate::device::Device;
+    use crate::realize::Engine;
     use std::sync::{Mutex, Once, Weak};
 
-    pub static DEVICES: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+    pub static DEVICES: Mutex<Vec<Weak<Engine>>> = Mutex::new(Vec::new());
 
     extern "C" {
         fn atexit(f: extern "C" fn()) -> std::ffi::c_int;

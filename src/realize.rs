@@ -1,14 +1,16 @@
-//! The realize orchestrator: the one caller of the scheduler and the backend. It plans, hands the backend a job,
-//! marks results realized, counts `Stats` and prints the `LAZOR_DEBUG` lines.
+//! The realize orchestrator: the one caller of the scheduler and the backend. Its [`Engine`] owns a device's
+//! backend, graph, counters and plans; it plans, hands the backend a job, marks results realized, counts `Stats`
+//! and prints the `LAZOR_DEBUG` lines. `Device` is a handle on an engine.
 
-use crate::backend::{Data, Job, JobBuffer, ReadId};
-use crate::device::Device;
+use crate::backend::{Backends, Data, Job, JobBuffer, ReadId};
 use crate::error::{Error, Result};
 use crate::graph::{BufferKey, Graph, NodeId, Op};
 use crate::schedule::{Options, Plan, PlanCache, Source};
 use crate::stats::Stats;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -20,6 +22,57 @@ pub(crate) struct State {
     pub plans: PlanCache,
     /// While `Device::profile` runs: every kernel run, in order.
     pub profile: Option<Vec<crate::profile::Run>>,
+}
+
+/// The engine of one device: its backend, its graph, counters and plans behind one lock (realizes on one device
+/// run one at a time), and the knobs the scheduler reads.
+pub(crate) struct Engine {
+    pub backend: Backends,
+    state: Mutex<State>,
+    fuse: AtomicBool,
+    /// `LAZOR_MAX_FUSED_OPS`, read once.
+    pub max_ops: usize,
+    /// `LAZOR_DEBUG`, read once.
+    pub debug: u32,
+}
+
+impl Engine {
+    /// An engine on `backend`, with the knobs `LAZOR_NOFUSE`, `LAZOR_MAX_FUSED_OPS` and `LAZOR_DEBUG` read now.
+    pub(crate) fn new(backend: Backends) -> Engine {
+        Engine {
+            backend,
+            state: Mutex::new(State::default()),
+            fuse: AtomicBool::new(!crate::env::nofuse()),
+            max_ops: crate::env::max_fused_ops(),
+            debug: crate::env::debug_level(),
+        }
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn fusion(&self) -> bool {
+        self.fuse.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_fusion(&self, on: bool) {
+        self.fuse.store(on, Ordering::Relaxed);
+    }
+
+    pub(crate) fn name(&self) -> String {
+        self.backend.name()
+    }
+}
+
+impl Drop for Engine {
+    /// A device dropped while `LAZOR_PROFILE=1` collected its kernels prints their table.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(runs) = state.profile.take() {
+            crate::profile::print_on_drop(runs, self.backend.name());
+        }
+    }
 }
 
 /// Returns an error when some value of the plan needs more bytes than one binding can cover.
@@ -46,14 +99,14 @@ fn write_viz(dir: &std::path::Path, realize: u64, text: &str) {
     }
 }
 
-impl Device {
+impl Engine {
     /// The scheduler's options for this device as it is set now.
     pub(crate) fn schedule_options(&self) -> Options {
-        let backend = &*self.inner.backend;
+        let backend = &*self.backend;
         Options {
             fuse: self.fusion(),
             max_bindings: backend.max_bindings(),
-            max_ops: self.inner.max_ops,
+            max_ops: self.max_ops,
             matmul_tile: crate::env::matmul_tile().map(|[bm, bn, bk, tm, tn]| crate::kernel::MatmulTile {
                 bm,
                 bn,
@@ -68,7 +121,7 @@ impl Device {
     /// Gives buffers of freed nodes back to the backend.
     pub(crate) fn free(&self, stats: &mut Stats, freed: Vec<BufferKey>) {
         for key in freed {
-            self.inner.backend.release(key, stats);
+            self.backend.release(key, stats);
         }
     }
 
@@ -78,12 +131,12 @@ impl Device {
         self.run_job(outputs, read).map_err(|e| e.on_device(&self.name()))
     }
 
-    /// [`Device::run`], its runtime errors not yet naming the device.
+    /// [`Engine::run`], its runtime errors not yet naming the device.
     fn run_job(&self, outputs: &[NodeId], read: &[NodeId]) -> Result<Vec<Option<ReadId>>> {
-        let backend = &*self.inner.backend;
+        let backend = &*self.backend;
         backend.check_health()?;
         let start = Instant::now();
-        let debug = self.inner.debug;
+        let debug = self.debug;
         let opts = self.schedule_options();
         let mut guard = self.state();
         let State { graph, stats, plans, profile } = &mut *guard;
@@ -189,7 +242,7 @@ impl Device {
         let mut out = Vec::with_capacity(tickets.len());
         let mut first_err = None;
         for t in tickets {
-            match t.map_or(Ok(Vec::new()), |id| self.inner.backend.take_read(id)) {
+            match t.map_or(Ok(Vec::new()), |id| self.backend.take_read(id)) {
                 Ok(v) => out.push(v),
                 Err(e) => {
                     first_err.get_or_insert(e);
@@ -208,7 +261,7 @@ impl Device {
     /// Realizes `id` and lends its words to `f` (no words for an empty tensor), blocking.
     pub(crate) fn read_with(&self, id: NodeId, f: &mut dyn FnMut(&[u32])) -> Result<()> {
         match self.run(&[id], &[id])?.pop().flatten() {
-            Some(ticket) => self.inner.backend.read_with(ticket, f),
+            Some(ticket) => self.backend.read_with(ticket, f),
             None => {
                 f(&[]);
                 Ok(())
@@ -218,22 +271,22 @@ impl Device {
 
     /// Realizes `ids` in one job and reads them back without blocking the caller's thread on the device.
     pub(crate) async fn read_async(&self, ids: &[NodeId]) -> Result<Vec<Vec<u32>>> {
-        let mut pending = Pending { device: self, tickets: self.run(ids, ids)? };
-        ReadsDone { device: self, tickets: &pending.tickets }.await?;
+        let mut pending = Pending { engine: self, tickets: self.run(ids, ids)? };
+        ReadsDone { engine: self, tickets: &pending.tickets }.await?;
         self.collect(std::mem::take(&mut pending.tickets))
     }
 }
 
 /// Read-backs not yet collected: discarded if the future fails or is dropped, so no staging buffer stays behind.
 struct Pending<'a> {
-    device: &'a Device,
+    engine: &'a Engine,
     tickets: Vec<Option<ReadId>>,
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         for id in self.tickets.drain(..).flatten() {
-            self.device.inner.backend.discard_read(id);
+            self.engine.backend.discard_read(id);
         }
     }
 }
@@ -241,7 +294,7 @@ impl Drop for Pending<'_> {
 /// Resolves once every read-back has arrived. Each poll lets the backend make progress without blocking; until
 /// then the future asks to be polled again, which yields to the executor between checks.
 struct ReadsDone<'a> {
-    device: &'a Device,
+    engine: &'a Engine,
     tickets: &'a [Option<ReadId>],
 }
 
@@ -249,7 +302,7 @@ impl Future for ReadsDone<'_> {
     type Output = Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let backend = &*self.device.inner.backend;
+        let backend = &*self.engine.backend;
         if let Err(e) = backend.poll() {
             return Poll::Ready(Err(e));
         }
