@@ -1,7 +1,7 @@
 """PyTorch beside lazor: the cases of docs/BENCHMARKS.md's tables, timed the way lazor's `bench` example times them.
 
 Run on a CUDA machine: `python3 benches/torch_bench.py [section ...]`; sections (default all): copy, elementwise,
-views, reductions, matmul (the training step is `benches/torch_train.py`). Each line is
+views, reductions, matmul, training (the training step is `benches/torch_train.py`). Each line is
 `torch section=<s> case=<name> n=<elements> ms=<median ms> <rate>`.
 
 Method: GPU time from CUDA events around a loop of 20 calls after 3 warm-up calls (as a pipelined loop of lazor
@@ -128,3 +128,33 @@ if "matmul" in SECTIONS:
     mm_case("bmm_64x256^3", [(64, 256, 256), (64, 256, 256)], torch.matmul, 2 * 64 * 256 ** 3)
     v, m = torch.rand(1, 4096, device=DEV), torch.rand(4096, 4096, device=DEV)
     line("matmul", "gemv_[1,4096]x[4096,4096]", m.numel(), t := gpu_ms(lambda: v @ m), gbps(4 * m.numel(), t))
+
+if "training" in SECTIONS:
+    # lazor's `bench training` cases at the same shapes: an embedding lookup and its gradient, cross-entropy.
+    vocab, width, tokens = 50257, 768, 8192
+    table = torch.randn(vocab, width, device=DEV)
+    ids = torch.randint(0, vocab, (tokens,), device=DEV)
+    g = torch.randn(tokens, width, device=DEV)
+    rows = 4 * tokens * width
+    line("training", "index_select", tokens, t := gpu_ms(lambda: table.index_select(0, ids)), gbps(2 * rows, t))
+    line("training", "index_add", tokens, t := gpu_ms(lambda: torch.zeros_like(table).index_add_(0, ids, g)),
+         gbps(2 * rows, t))
+    logits = torch.randn(tokens, vocab, device=DEV, requires_grad=True)
+    tgt = torch.randint(0, vocab, (tokens,), device=DEV)
+    ce = torch.nn.functional.cross_entropy
+    cce = torch.compile(lambda x, y: ce(x, y))
+    n = tokens * vocab
+    line("training", "cross_entropy_eager", n, t := gpu_ms(lambda: ce(logits, tgt)), gbps(4 * n, t))
+    line("training", "cross_entropy_compiled", n, t := gpu_ms(lambda: cce(logits, tgt)), gbps(4 * n, t))
+    line("training", "cross_entropy_fwd_bwd_eager", n, t := gpu_ms(lambda: ce(logits, tgt).backward()),
+         gbps(12 * n, t))
+    line("training", "cross_entropy_fwd_bwd_compiled", n, t := gpu_ms(lambda: cce(logits, tgt).backward()),
+         gbps(12 * n, t))
+    del logits
+    x = torch.randn(64, 64, 56, 56, device=DEV, requires_grad=True)
+    w = torch.randn(64, 64, 3, 3, device=DEV, requires_grad=True)
+    flops = 2 * 64 * 64 * 56 * 56 * 64 * 9
+    conv = torch.nn.functional.conv2d
+    line("training", "conv2d_fwd", 64, t := gpu_ms(lambda: conv(x, w, padding=1)), tflops(flops, t))
+    line("training", "conv2d_fwd_bwd", 64, t := gpu_ms(lambda: conv(x, w, padding=1).sum().backward()),
+         tflops(3 * flops, t))

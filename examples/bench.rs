@@ -2,7 +2,7 @@
 //! views and reductions; the CPU backend next to a hand-written rayon loop, lavapipe and ndarray.
 //! Prints markdown tables; `docs/BENCHMARKS.md` records what it printed. This file parses the arguments and runs
 //! the sections; each section is a file under `bench/` (`elementwise.rs`, `views.rs`, `reductions.rs`, `cpu.rs`,
-//! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`), over the shared `timing.rs` (settings, medians, number formats),
+//! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`, `steady.rs`), over the shared `timing.rs` (settings, medians, number formats),
 //! `check.rs` (checks against the host, dispatch counts) and `raw.rs` (raw wgpu copies and hand-written kernels).
 //!
 //! ```text
@@ -70,6 +70,8 @@ mod random;
 mod raw;
 #[path = "bench/reductions.rs"]
 mod reductions;
+#[path = "bench/steady.rs"]
+mod steady;
 #[path = "bench/timing.rs"]
 mod timing;
 #[path = "bench/training.rs"]
@@ -96,16 +98,22 @@ fn main() -> ExitCode {
         life::compile_child();
         return ExitCode::SUCCESS;
     }
+    if let [mode, cell] = &args[..] {
+        if mode == "steady-cell" {
+            steady::child(cell);
+            return ExitCode::SUCCESS;
+        }
+    }
     if let [mode, case, n] = &args[..] {
         if mode == "life-cell" {
             life::child(case, n.parse().expect("a size"));
             return ExitCode::SUCCESS;
         }
     }
-    const SECTIONS: [&str; 9] =
-        ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes", "life", "random", "training"];
+    const SECTIONS: [&str; 10] =
+        ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes", "life", "random", "training", "steady"];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] [random] [training] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] [random] [training] [steady] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -149,6 +157,13 @@ fn main() -> ExitCode {
         let (dev, small) = default_device();
         let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
         if !training::run(&dev, &cfg, small) {
+            return ExitCode::FAILURE;
+        }
+    }
+    if wanted("steady") {
+        let (dev, _) = default_device();
+        let cfg = Config::from_env(Vec::new(), 8);
+        if !steady::run(&dev, &cfg) {
             return ExitCode::FAILURE;
         }
     }
