@@ -33,6 +33,7 @@ mod error;
 mod graph;
 mod hash;
 mod kernel;
+mod masks;
 mod matmul;
 #[doc(hidden)]
 pub mod op;
