@@ -22,6 +22,7 @@ mod autograd;
 mod backend;
 mod codegen;
 mod compare;
+mod conv;
 pub mod debug;
 mod device;
 mod dim;

@@ -99,6 +99,17 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         Rule::Unfold { axis, size, step, extent } => smallvec![Some(unfold_back(g, *axis, *size, *step, *extent))],
         // The gradient of a prefix sum is the suffix sum of the gradient.
         Rule::Cumsum { axis } => smallvec![Some(g.flip([*axis]).cumsum(*axis).flip([*axis]))],
+        // As a fold's maximum: split evenly among the window's tied maxima.
+        Rule::WindowMax { axes, x, y } => {
+            let (mut at, mut gw) = (y.clone(), g.clone());
+            for _ in 0..*axes {
+                at = at.unsqueeze(-1);
+                gw = gw.unsqueeze(-1);
+            }
+            let hit = ones_where(&x.eq(&at), g);
+            let count = (1..=*axes).fold(hit.clone(), |c, a| c.sum_keepdim(-(a as isize)));
+            smallvec![Some(hit * &(gw / &count))]
+        }
         Rule::Cat { axis, sizes } => {
             let mut at = 0;
             sizes

@@ -46,6 +46,8 @@ pub(crate) enum Rule {
     Unfold { axis: usize, size: usize, step: usize, extent: usize },
     /// `cumsum(axis)`.
     Cumsum { axis: usize },
+    /// The maximum over the last `axes` axes of `x` (a pooling window), with output `y` (those axes dropped).
+    WindowMax { axes: usize, x: Tensor, y: Tensor },
     /// `cat` along `axis` of parts of these extents along it.
     Cat { axis: usize, sizes: Vec<usize> },
     /// `contiguous`: the same values.
