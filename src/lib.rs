@@ -22,6 +22,7 @@ mod autograd;
 mod backend;
 mod codegen;
 mod compare;
+mod conv;
 pub mod debug;
 mod device;
 mod dim;
@@ -35,6 +36,7 @@ mod hash;
 mod indexing;
 mod kernel;
 mod losses;
+mod masks;
 mod matmul;
 pub mod nn;
 #[doc(hidden)]

@@ -16,7 +16,7 @@ use crate::ops::ok;
 impl Tensor {
     /// The type float math on this tensor computes in, and the type its result takes: f16 and bf16 compute in
     /// f32 and round the result back (as PyTorch's kernels do); integers and bools compute in and give f32.
-    fn float_math(&self) -> (Tensor, DType) {
+    pub(crate) fn float_math(&self) -> (Tensor, DType) {
         let out = if self.dtype.is_float() { self.dtype } else { DType::F32 };
         (self.cast_to(DType::F32), out)
     }

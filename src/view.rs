@@ -128,24 +128,28 @@ impl View {
             return None;
         }
         let mut axes: SmallVec<[Option<(usize, isize)>; 4]> = SmallVec::new();
-        let mut reach: Strides = origin.clone();
+        // The least and greatest coordinate each target axis reaches: a negative multiplier (a flip) runs down from
+        // the origin, several axes on one target axis (an unfold's windows) add up.
+        let (mut low, mut reach): (Strides, Strides) = (origin.clone(), origin.clone());
         for (&extent, &s) in self.shape.dims().iter().zip(&self.strides) {
             if extent <= 1 || s == 0 {
                 axes.push(None);
                 continue;
             }
-            if s < 0 {
-                return None;
-            }
-            let j = (0..n).find(|&j| cs[j] <= s)?;
+            let j = (0..n).find(|&j| cs[j] <= s.abs())?;
             if s % cs[j] != 0 {
                 return None;
             }
             let mult = s / cs[j];
-            reach[j] += mult * (extent as isize - 1);
+            let span = mult * (extent as isize - 1);
+            if span < 0 {
+                low[j] += span;
+            } else {
+                reach[j] += span;
+            }
             axes.push(Some((j, mult)));
         }
-        if (1..n).any(|j| reach[j] >= dims[j] as isize) {
+        if (1..n).any(|j| low[j] < 0 || reach[j] >= dims[j] as isize) {
             return None;
         }
         Some(Coords { axes, origin })
@@ -273,6 +277,41 @@ mod tests {
                 assert_eq!(direct(&c), brute(outer, inner), "case {k}");
             }
         }
+    }
+
+    #[test]
+    fn negative_and_overlapping_strides_compose() {
+        let a = View::contiguous(&Shape::from([4, 6]));
+        let t = a.permute(&[1, 0]);
+        // A flip of each axis of [6, 4] (the transpose's shape), of both, and of a narrowed transpose.
+        let flip0 = v(&[6, 4], &[-4, 1], 20);
+        let flip1 = v(&[6, 4], &[4, -1], 3);
+        let both = v(&[6, 4], &[-4, -1], 23);
+        let flip_narrow = v(&[2, 4], &[-4, 1], 12);
+        // Windows of 3 every 2 along the last axis of [4, 6] (an unfold), and of the transpose's last axis.
+        let unfold = v(&[4, 2, 3], &[6, 2, 1], 0);
+        let unfold_t = v(&[6, 1, 3], &[4, 2, 1], 1);
+        for (k, (outer, inner)) in [
+            (flip0, t.clone()),
+            (flip1, t.clone()),
+            (both.clone(), t.clone()),
+            (flip_narrow, t.clone()),
+            (unfold, a.clone()),
+            (unfold_t, t.clone()),
+            (v(&[3, 2, 4], &[8, 4, 1], 0), both.compose(&t).unwrap()),
+            (v(&[4, 6], &[-6, -1], 23), a.narrow(0, 0, 4)),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let c = outer.compose(inner).unwrap_or_else(|| panic!("case {k}: {outer:?} over {inner:?}"));
+            assert_eq!(direct(&c), brute(outer, inner), "case {k}");
+        }
+        // Flipping twice is the identity.
+        let twice = both.compose(&v(&[6, 4], &[-4, -1], 23)).unwrap();
+        assert_eq!(twice, View::contiguous(&Shape::from([6, 4])));
+        // A flip that would run past the start of an inner axis does not split.
+        assert!(v(&[3], &[-1], 1).coords_in(&Shape::from([2, 2])).is_none());
     }
 
     #[test]

@@ -45,7 +45,7 @@ impl Tensor {
         Tensor::from_op(&self.device, op, view.shape, self.dtype)
     }
 
-    fn own_view(&self) -> View {
+    pub(crate) fn own_view(&self) -> View {
         View::contiguous(&self.shape)
     }
 
@@ -348,6 +348,92 @@ impl Tensor {
     fn stored_copy(&self) -> Tensor {
         let out = Tensor::from_op(&self.device, Op::Contiguous(self.id), self.shape.clone(), self.dtype);
         record(out, &[self], |_| Rule::Identity)
+    }
+
+    /// The elements in reverse order along each axis of `dims` (negative counting from the end), as
+    /// `torch.flip`: a view with negative strides, so nothing is copied and a kernel reading it reads the source
+    /// backwards.
+    ///
+    /// # Panics
+    /// If an axis is out of range or named twice; [`Tensor::try_flip`] returns the error instead.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let x = lazor::Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]);
+    /// assert_eq!(x.flip([-1]).to_vec(), vec![3.0, 2.0, 1.0, 6.0, 5.0, 4.0]);
+    /// ```
+    #[track_caller]
+    pub fn flip<D: Dim>(&self, dims: impl AsRef<[D]>) -> Tensor {
+        ok(self.try_flip(dims))
+    }
+
+    /// [`Tensor::flip`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if an axis is out of range or named twice.
+    pub fn try_flip<D: Dim>(&self, dims: impl AsRef<[D]>) -> Result<Tensor> {
+        let mut axes: SmallVec<[usize; 4]> = SmallVec::new();
+        for &d in dims.as_ref() {
+            let a = self.axis("flip", "dim", d, 0)?;
+            if axes.contains(&a) {
+                return Err(bad("flip", &self.shape, format!("dim {d} names axis {a} twice")));
+            }
+            axes.push(a);
+        }
+        axes.sort_unstable();
+        let mut view = self.own_view();
+        for &a in &axes {
+            let extent = self.shape.dims()[a];
+            if extent > 0 {
+                view.offset += (extent as isize - 1) * view.strides[a];
+                view.strides[a] = -view.strides[a];
+            }
+        }
+        Ok(record(self.view(view), &[self], |_| Rule::Flip { axes }))
+    }
+
+    /// The windows of `size` elements every `step` along axis `dim`, as `torch.Tensor.unfold`: axis `dim` becomes
+    /// the window's position (`(extent - size) / step + 1` of them) and a new last axis of extent `size` runs
+    /// through each window. A view: windows that overlap (`step < size`) read the same memory, nothing is copied.
+    ///
+    /// # Panics
+    /// If `dim` is out of range, `step` is 0 or `size` exceeds the axis; [`Tensor::try_unfold`] returns the error
+    /// instead.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let x = lazor::Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0], [5]);
+    /// let w = x.unfold(0, 3, 2);
+    /// assert_eq!(w.shape(), &[2, 3]);
+    /// assert_eq!(w.to_vec(), vec![1.0, 2.0, 3.0, 3.0, 4.0, 5.0]);
+    /// ```
+    #[track_caller]
+    pub fn unfold(&self, dim: impl Dim, size: usize, step: usize) -> Tensor {
+        ok(self.try_unfold(dim, size, step))
+    }
+
+    /// [`Tensor::unfold`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::BadArgument`] if `dim` is out of range, `step` is 0 or `size` exceeds the axis.
+    pub fn try_unfold(&self, dim: impl Dim, size: usize, step: usize) -> Result<Tensor> {
+        let d = self.axis("unfold", "dim", dim, 0)?;
+        let extent = self.shape.dims()[d];
+        if step == 0 {
+            return Err(bad("unfold", &self.shape, "step must be at least 1, not 0".into()));
+        }
+        if size > extent {
+            return Err(bad("unfold", &self.shape, format!("size {size} exceeds axis {dim} of extent {extent}")));
+        }
+        let own = self.own_view();
+        let mut dims = self.shape.dims().to_vec();
+        dims[d] = (extent - size) / step + 1;
+        dims.push(size);
+        let mut strides = own.strides.clone();
+        strides[d] = own.strides[d] * step as isize;
+        strides.push(own.strides[d]);
+        let view = View { shape: Shape::from(dims), strides, offset: 0 };
+        Ok(record(self.view(view), &[self], |_| Rule::Unfold { axis: d, size, step, extent }))
     }
 
     /// The tensors, all of one shape, stacked along a new axis `dim` (`0..=ndim`).

@@ -243,6 +243,51 @@ fn elementwise_methods_exist_with_f32_names() {
     }
 }
 
+#[test]
+fn mask_window_and_convolution_methods_take_torchs_arguments() {
+    for dev in devices() {
+        let x = Tensor::from_vec_on((1..=6).map(|v| v as f32).collect::<Vec<f32>>(), [2, 3], &dev);
+        let mask = Tensor::from_vec_on(vec![true, false, false], [3], &dev);
+        let k: isize = -1;
+        let dims: [isize; 1] = [-1];
+        let all = [
+            x.tril(0),
+            x.triu(k),
+            x.masked_fill(&mask, -1.0),
+            x.pad(&[(1, 0)], 0.0).narrow(1, 0, 3),
+            x.flip(&dims[..]),
+            x.unfold(1, 2, 1).sum(-1).pad(&[(0, 1)], 0.0),
+            x.cumsum(1),
+        ];
+        let want: [&[f32]; 7] = [
+            &[1.0, 0.0, 0.0, 4.0, 5.0, 0.0],
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+            &[-1.0, 2.0, 3.0, -1.0, 5.0, 6.0],
+            &[0.0, 1.0, 2.0, 0.0, 4.0, 5.0],
+            &[3.0, 2.0, 1.0, 6.0, 5.0, 4.0],
+            &[3.0, 5.0, 0.0, 9.0, 11.0, 0.0],
+            &[1.0, 3.0, 6.0, 4.0, 9.0, 15.0],
+        ];
+        for (i, (t, w)) in all.iter().zip(want).enumerate() {
+            assert_eq!(t.to_vec(), w, "method {i}");
+        }
+        assert!(x.try_tril(0).is_ok() && x.try_triu(0).is_ok() && x.try_masked_fill(&mask, 0.0).is_ok());
+        assert!(x.try_pad(&[(1, 1), (1, 1)], 0.0).is_ok() && x.try_flip([0, 1]).is_ok());
+        assert!(x.try_unfold(-1, 3, 1).is_ok() && x.try_cumsum(-2).is_ok());
+        // Convolution and pooling, with torch's argument forms: (along H, along W) pairs.
+        let img = x.reshape([1, 1, 2, 3]);
+        let w = Tensor::ones_on([2, 1, 2, 2], &dev);
+        let b = Tensor::from_vec_on(vec![0.5, -0.5], [2], &dev);
+        let y = img.conv2d(&w, Some(&b), (1, 1), (0, 0));
+        assert_eq!((y.shape(), y.to_vec()), (&[1usize, 2, 1, 2][..], vec![12.5, 16.5, 11.5, 15.5]));
+        assert_eq!(img.conv2d(&w, None, (1, 2), (1, 0)).shape(), &[1, 2, 3, 1]);
+        assert_eq!(img.max_pool2d((2, 2), (1, 1)).to_vec(), vec![5.0, 6.0]);
+        assert_eq!(img.avg_pool2d((1, 2), (1, 1)).to_vec(), vec![1.5, 2.5, 4.5, 5.5]);
+        assert!(img.try_conv2d(&w, None, (1, 1), (0, 0)).is_ok());
+        assert!(img.try_max_pool2d((2, 2), (2, 2)).is_ok() && img.try_avg_pool2d((2, 2), (2, 2)).is_ok());
+    }
+}
+
 /// The README's mixed-type example, as written there.
 #[test]
 fn the_readme_mixed_example_runs_as_written() {

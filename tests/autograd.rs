@@ -312,6 +312,82 @@ fn casts_and_where_cond_route_gradients() {
     grad_check("cast", std::slice::from_ref(&x), &|t| t[0].to_dtype(DType::F32) * &t[0].gt(0.0).to_dtype(DType::F32));
 }
 
+#[test]
+fn mask_and_window_rules_match_central_differences() {
+    let mut rng = Rng::new(8);
+    let x = random(&mut rng, &[2, 3, 4], -1.0, 1.0);
+    let y = random(&mut rng, &[3, 11], -1.0, 1.0);
+    type Op = fn(&[Tensor]) -> Tensor;
+    let cases: [(&str, Op); 17] = [
+        ("tril of a transpose", |t| t[0].transpose(1, 2).tril(-1).sin()),
+        ("triu", |t| t[0].triu(1).exp() * &t[1].narrow(1, 0, 4)),
+        ("masked_fill", |t| {
+            let mask = (Tensor::arange_on(12, t[0].device()) % 3i32).eq(1i32).reshape([3, 4]);
+            t[0].masked_fill(&mask, 2.0).square()
+        }),
+        ("pad", |t| t[0].pad(&[(1, 2), (0, 1)], 0.5).square()),
+        ("pad of every axis", |t| t[1].pad(&[(2, 0), (1, 1)], -1.0).sin().sum(0)),
+        ("flip", |t| t[0].transpose(0, 2).flip([0, -1]).sin()),
+        ("flip of a narrow", |t| t[1].narrow(1, 2, 7).flip([1]) * &t[1].narrow(1, 0, 7)),
+        ("unfold overlapping", |t| t[1].unfold(1, 3, 2).sin()),
+        ("unfold step 1", |t| t[1].unfold(1, 4, 1).square()),
+        ("unfold exact", |t| t[1].unfold(1, 3, 3).exp()),
+        ("unfold with gaps", |t| t[1].unfold(1, 2, 4).exp()),
+        ("unfold of a transpose", |t| t[1].t().unfold(0, 5, 2).cos()),
+        ("windows of windows", |t| t[1].unfold(1, 4, 2).unfold(0, 2, 1).square().sum(-1)),
+        ("cumsum", |t| t[0].cumsum(1).square()),
+        ("cumsum last", |t| t[1].cumsum(-1).sin()),
+        ("cumsum of a flip", |t| t[1].flip([1]).cumsum(1) * &t[1]),
+        ("masks fused", |t| (t[0].tril(0) + t[0].flip([2]).triu(0)).cumsum(-1).pad(&[(1, 1)], 0.0).exp()),
+    ];
+    for (name, op) in cases {
+        grad_check(name, &[x.clone(), y.clone()], &op);
+    }
+    // Running sums past one triangular fold (blocks of 64 and their totals), along either axis.
+    let long = random(&mut rng, &[2, 150], -1.0, 1.0);
+    grad_check("long cumsum", &[long], &|t| t[0].cumsum(1).sin());
+    let tall = random(&mut rng, &[150, 2], -1.0, 1.0);
+    grad_check("long cumsum along axis 0", &[tall], &|t| t[0].cumsum(0).sin());
+}
+
+#[test]
+fn convolution_and_pooling_gradients_match_central_differences() {
+    let mut rng = Rng::new(9);
+    type Case = (&'static str, [usize; 4], [usize; 4], (usize, usize), (usize, usize));
+    let cases: [Case; 4] = [
+        ("conv2d", [2, 3, 5, 6], [4, 3, 3, 2], (2, 1), (1, 2)),
+        ("conv2d stride 1 padding 1", [1, 2, 5, 5], [3, 2, 3, 3], (1, 1), (1, 1)),
+        ("conv2d with gaps", [1, 2, 7, 8], [2, 2, 2, 2], (3, 3), (0, 1)),
+        ("conv2d 1x1", [2, 3, 3, 4], [2, 3, 1, 1], (1, 1), (0, 0)),
+    ];
+    for (name, xd, wd, stride, padding) in cases {
+        let x = random(&mut rng, &xd, -1.0, 1.0);
+        let w = random(&mut rng, &wd, -1.0, 1.0);
+        let b = random(&mut rng, &[wd[0]], -1.0, 1.0);
+        grad_check(name, &[x.clone(), w.clone(), b], &|t| t[0].conv2d(&t[1], Some(&t[2]), stride, padding).tanh());
+        grad_check(name, &[x, w], &|t| t[0].conv2d(&t[1], None, stride, padding));
+    }
+    // Pooling: inputs apart from each other, so no central difference crosses a tie of the maximum.
+    let x = input(&[2, 2, 6, 7], separated(&mut rng, 168, 0.05));
+    type Pool = fn(&Tensor) -> Tensor;
+    let pools: [(&str, Pool); 5] = [
+        ("max_pool2d", |x| x.max_pool2d((2, 2), (2, 2))),
+        ("max_pool2d overlapping", |x| x.max_pool2d((3, 2), (1, 2)).sin()),
+        ("max_pool2d with gaps", |x| x.max_pool2d((2, 2), (3, 3))),
+        ("avg_pool2d", |x| x.avg_pool2d((3, 3), (2, 2)).exp()),
+        ("avg_pool2d of a transpose", |x| x.transpose(2, 3).avg_pool2d((2, 3), (1, 1))),
+    ];
+    for (name, op) in pools {
+        grad_check(name, std::slice::from_ref(&x), &|t| op(&t[0]));
+    }
+    // Tied maxima share a window's gradient evenly, as `max` does; a NaN window passes NaN.
+    for dev in devices() {
+        let x = Var::new(Tensor::from_slice_on(&[3.0, 3.0, 1.0, 3.0, 0.0, 5.0, 5.0, 2.0], [1, 2, 2, 2], &dev));
+        let g = (x.max_pool2d((2, 2), (2, 2)) * 6.0).sum_all().backward();
+        assert_eq!(grad_of(&g, &x), vec![2.0, 2.0, 0.0, 2.0, 0.0, 3.0, 3.0, 0.0]);
+    }
+}
+
 /// Reads `var`'s gradient from `grads` as f32.
 fn grad_of(grads: &Grads, var: &Var) -> Vec<f32> {
     grads[var].to_dtype(DType::F32).to_vec()

@@ -10,6 +10,9 @@ use lazor::{Device, Tensor};
 /// Realizes per wait in the pipelined loop.
 const BATCH: u32 = 8;
 
+/// An expression over a cell's inputs.
+type Expr = Box<dyn Fn(&[Tensor]) -> Tensor>;
+
 /// One case of the sequence: what it builds from its inputs, and the bytes or flops of one realize.
 #[derive(Clone, Copy)]
 enum Cell {
@@ -34,7 +37,7 @@ impl Cell {
     }
 
     /// The inputs, realized, and the expression over them.
-    fn setup(self, dev: &Device) -> (Vec<Tensor>, Box<dyn Fn(&[Tensor]) -> Tensor>) {
+    fn setup(self, dev: &Device) -> (Vec<Tensor>, Expr) {
         match self {
             Cell::Elementwise(case, n) => (abc(dev, n).to_vec(), Box::new(move |t| case.build(&t[0], &t[1], &t[2]))),
             Cell::RowSums(r, c) => {
@@ -46,7 +49,7 @@ impl Cell {
                 let x = Tensor::from_vec_on(inputs(n * n, 5), [n, n], dev);
                 let w = Tensor::from_vec_on(inputs(n * n, 6), [n, n], dev);
                 lazor::realize(&[&x, &w]).expect("upload");
-                let f: Box<dyn Fn(&[Tensor]) -> Tensor> = if transposed {
+                let f: Expr = if transposed {
                     Box::new(|t| t[0].matmul(&t[1].t()))
                 } else {
                     Box::new(|t| t[0].matmul(&t[1]))

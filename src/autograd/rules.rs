@@ -95,6 +95,21 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         }
         Rule::Narrow { axis, start, extent } => smallvec![Some(pad(g, *axis, *start, *extent))],
         Rule::Expand { from } => smallvec![Some(sum_to(g.clone(), from))],
+        Rule::Flip { axes } => smallvec![Some(g.flip(axes))],
+        Rule::Unfold { axis, size, step, extent } => smallvec![Some(unfold_back(g, *axis, *size, *step, *extent))],
+        // The gradient of a prefix sum is the suffix sum of the gradient.
+        Rule::Cumsum { axis } => smallvec![Some(g.flip([*axis]).cumsum(*axis).flip([*axis]))],
+        // As a fold's maximum: split evenly among the window's tied maxima.
+        Rule::WindowMax { axes, x, y } => {
+            let (mut at, mut gw) = (y.clone(), g.clone());
+            for _ in 0..*axes {
+                at = at.unsqueeze(-1);
+                gw = gw.unsqueeze(-1);
+            }
+            let hit = ones_where(&x.eq(&at), g);
+            let count = (1..=*axes).fold(hit.clone(), |c, a| c.sum_keepdim(-(a as isize)));
+            smallvec![Some(hit * &(gw / &count))]
+        }
         Rule::Cat { axis, sizes } => {
             let mut at = 0;
             sizes
@@ -176,6 +191,44 @@ fn pad(g: &Tensor, axis: usize, start: usize, extent: usize) -> Tensor {
         parts.push(&after);
     }
     Tensor::cat(&parts, axis)
+}
+
+/// The gradient of `unfold(axis, size, step)` of an axis of extent `extent`: each window's gradient added back where
+/// the window came from (overlapping windows add up, gaps between them get 0). Built lazily from views, with no
+/// division in the index math: window element `i` of window `p` sits at `p * step + i`, which is row `p + i / step`
+/// and column `i % step` of the axis cut into rows of `step`; so column `r` is a sum of the window elements
+/// `i = r, r + step, ...`, each shifted down `i / step` rows (a concatenation with zeros), and the columns side by
+/// side, merged back into one axis, are the gradient. With `step` 1 that is one column: a sum of shifted copies,
+/// one kernel with its consumer; otherwise the merge stores the columns first.
+fn unfold_back(g: &Tensor, axis: usize, size: usize, step: usize, extent: usize) -> Tensor {
+    let mut dims = g.shape.dims()[..g.ndim() - 1].to_vec();
+    let windows = dims[axis];
+    dims[axis] = extent;
+    if size == 0 || g.numel() == 0 {
+        return Tensor::full_lane(dims, 0, g.dtype, &g.device);
+    }
+    let rows = extent.div_ceil(step);
+    let mut columns: Vec<Option<Tensor>> = vec![None; step.min(size)];
+    for i in 0..size {
+        let shifted = pad(&g.narrow(-1, i, 1).squeeze(-1), axis, i / step, rows);
+        let column = &mut columns[i % step];
+        *column = Some(match column.take() {
+            Some(sum) => sum + shifted,
+            None => shifted,
+        });
+    }
+    debug_assert!(windows <= rows);
+    let mut parts: Vec<Tensor> =
+        columns.into_iter().map(|c| c.expect("every column has a term").unsqueeze(axis + 1)).collect();
+    if step > size {
+        let mut gap = parts[0].shape.dims().to_vec();
+        gap[axis + 1] = step - size;
+        parts.push(Tensor::full_lane(gap, 0, g.dtype, &g.device));
+    }
+    let grid = Tensor::cat(&parts.iter().collect::<Vec<_>>(), axis + 1);
+    let mut merged = dims.clone();
+    merged[axis] = rows * step;
+    grid.reshape(merged).narrow(axis, 0, extent)
 }
 
 fn unary(op: UnaryOp, g: &Tensor, x: &Tensor, y: &Tensor) -> Tensor {

@@ -40,6 +40,14 @@ pub(crate) enum Rule {
     Narrow { axis: usize, start: usize, extent: usize },
     /// `expand` of a tensor of shape `from`.
     Expand { from: Shape },
+    /// `flip` of these axes.
+    Flip { axes: SmallVec<[usize; 4]> },
+    /// `unfold(axis, size, step)` of an axis of extent `extent`.
+    Unfold { axis: usize, size: usize, step: usize, extent: usize },
+    /// `cumsum(axis)`.
+    Cumsum { axis: usize },
+    /// The maximum over the last `axes` axes of `x` (a pooling window), with output `y` (those axes dropped).
+    WindowMax { axes: usize, x: Tensor, y: Tensor },
     /// `cat` along `axis` of parts of these extents along it.
     Cat { axis: usize, sizes: Vec<usize> },
     /// `contiguous`: the same values.

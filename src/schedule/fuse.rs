@@ -305,8 +305,16 @@ pub(super) fn group(
                     && bindings_fit(grp, &deps, g, &group_of, opts.max_bindings)
                     && grp.ops + ops <= opts.max_ops;
             }
-            // A fold or product starts its own kernel; its epilogue takes only members that read it.
-            if is_head || squeezed(&grp.shape) != squeezed(shape) || grp.head.is_some_and(|r| !deps.contains(&r)) {
+            // A fold or product starts its own kernel; its epilogue takes only members that read it. A product's
+            // may also take a member of another shape with as many elements that reads it at its own row-major
+            // index (through a reshape, below): `conv2d`'s `[N, O, OH OW]` product with its bias, seen as
+            // `[N, O, OH, OW]`, then an activation.
+            let reshaped_product = grp.head.is_some_and(|h| matches!(graph.node(h).op, Op::Matmul(..)))
+                && grp.shape.numel() == shape.numel();
+            if is_head
+                || (squeezed(&grp.shape) != squeezed(shape) && !reshaped_product)
+                || grp.head.is_some_and(|r| !deps.contains(&r))
+            {
                 return false;
             }
             // Every materialized dependency must come from an earlier kernel, or from this one when it is read at

@@ -252,6 +252,7 @@ mod tests {
     use crate::kernel::Instr;
     use crate::op::{BinaryOp, UnaryOp};
     use crate::shape::Shape;
+    use crate::view::View;
 
     const FUSE: Options = Options::TEST;
     const NOFUSE: Options = Options { fuse: false, ..Options::TEST };
@@ -440,6 +441,28 @@ mod tests {
         let pl = plan(&g, &[p], &FUSE);
         assert_eq!(pl.kernels.len(), 2);
         assert_eq!(pl.kernels[0].kind, crate::kernel::Kind::Elementwise);
+    }
+
+    #[test]
+    fn a_reshape_of_the_product_joins_its_epilogue() {
+        // `conv2d`: a [2, 24, 36] product plus a bias along rows, seen as [2, 24, 6, 6], then an activation.
+        let mut g = Graph::default();
+        let w = data(&mut g, &[2, 24, 32]);
+        let cols = data(&mut g, &[2, 32, 36]);
+        let bias = data(&mut g, &[24, 1]);
+        let p = g.add(Op::Matmul(w, cols), Shape::from([2, 24, 36]), DType::F32);
+        let y = bin(&mut g, BinaryOp::Add, p, bias);
+        let image = Shape::from([2, 24, 6, 6]);
+        let v = g.add(Op::View(View::contiguous(&image), y), image.clone(), DType::F32);
+        let r = g.add(Op::Unary(UnaryOp::Relu, v), image.clone(), DType::F32);
+        let pl = plan(&g, &[r], &FUSE);
+        assert_eq!(pl.kernels.len(), 1, "bias and relu in the product's epilogue");
+        assert!(matches!(pl.kernels[0].kind, crate::kernel::Kind::Matmul(_)));
+        // Read through anything but a reshape (a transpose of the image), it starts a kernel of its own.
+        let t = View::contiguous(&image).permute(&[0, 1, 3, 2]);
+        let vt = g.add(Op::View(t, v), image.clone(), DType::F32);
+        let rt = g.add(Op::Unary(UnaryOp::Relu, vt), image, DType::F32);
+        assert_eq!(plan(&g, &[rt], &FUSE).kernels.len(), 2);
     }
 
     #[test]
