@@ -168,6 +168,21 @@ def float_unary(name, x):
     if name == "silu":
         # The row's own formula, not x * sigmoid(x): at -inf it is -inf / inf = NaN in lazor.
         return x / (1.0 + torch.exp(-x))
+    if name == "ln_1p":
+        return torch.log1p(x)
+    if name == "exp_m1":
+        return torch.expm1(x)
+    if name == "erf":
+        return torch.erf(x)  # the true erf: lazor's formula is within about an ulp of it
+    if name == "floor":
+        return torch.floor(x)
+    if name == "ceil":
+        return torch.ceil(x)
+    if name == "round_ties_even":
+        return torch.round(x)  # half-way values to the even neighbour
+    if name == "sign":
+        # -1 or 1; +-0 and NaN stay as they are (torch.sign gives 0 for NaN).
+        return torch.where((x == 0) | torch.isnan(x), x, torch.sign(x))
     raise ValueError(f"unary {name} on floats")
 
 
@@ -187,6 +202,10 @@ def int_unary(name, x, dt):
         return wrap(s * s, dt)
     if name == "not":
         return wrap(~x, dt)
+    if name in ("floor", "ceil", "round_ties_even"):
+        return x  # whole already
+    if name == "sign":
+        return torch.sign(x)  # u32 values are held as 0..2^32-1: 0 or 1
     raise ValueError(f"unary {name} on {dt}")
 
 
@@ -203,7 +222,7 @@ def float_binary(name, a, b):
         return torch.maximum(a, b)  # NaN-propagating, as lazor's
     if name == "minimum":
         return torch.minimum(a, b)
-    if name == "powf":
+    if name == "pow":
         return rust_powf(a, b)
     raise ValueError(f"binary {name} on floats")
 

@@ -259,6 +259,22 @@ unary_methods! {
     gelu => Gelu;
     /// SiLU (swish): `x / (1 + e^-x)`.
     silu => Silu;
+    /// `ln(1 + x)`, accurate for `x` near 0 (as `f32::ln_1p`; `torch.log1p`).
+    ln_1p => Ln1p;
+    /// `e^x - 1`, accurate for `x` near 0 (as `f32::exp_m1`; `torch.expm1`).
+    exp_m1 => ExpM1;
+    /// The error function, within about 1e-7 ([`crate::op::erf`]: one formula on every backend).
+    erf => Erf;
+    /// The largest integer `<= x`; integers stay as they are.
+    floor => Floor;
+    /// The smallest integer `>= x`; integers stay as they are.
+    ceil => Ceil;
+    /// The nearest integer, half-way values to the even one (as `f32::round_ties_even`; `torch.round`);
+    /// integers stay as they are.
+    round_ties_even => RoundTiesEven;
+    /// -1, 0 or 1 by the sign of `x` (`torch.sign`); ±0 and NaN stay as they are (`torch.sign(NaN)` is 0). Not
+    /// `f32::signum`, which gives ±1 at ±0.
+    sign => Sign;
 }
 
 /// Generates the fallible binary methods (`try_add`, ...).
@@ -292,6 +308,8 @@ try_binary_methods! {
     try_minimum => Min;
     /// `self % rhs` (integers), broadcast.
     try_rem => Rem;
+    /// `self^rhs` elementwise, broadcast, with `f32::powf`'s rules; integers compute in f32.
+    try_pow => Pow;
 }
 
 impl Tensor {
@@ -318,6 +336,16 @@ impl Tensor {
     #[allow(clippy::should_implement_trait)]
     pub fn neg(&self) -> Tensor {
         self.unary(UnaryOp::Neg)
+    }
+
+    /// `self^rhs` elementwise, broadcast, with `f32::powf`'s rules (a negative base needs an integer exponent);
+    /// integers compute in f32. [`Tensor::powf`] takes a Rust number.
+    ///
+    /// # Panics
+    /// If the shapes cannot broadcast or the tensors live on different devices.
+    #[track_caller]
+    pub fn pow(&self, rhs: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Pow, rhs)
     }
 
     /// `x^exponent`, with `f32::powf`'s rules (a negative base needs an integer exponent).

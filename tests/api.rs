@@ -231,6 +231,14 @@ fn elementwise_methods_exist_with_f32_names() {
             x.maximum(&x),
             x.minimum(&x),
             x.clamp(0.5, 1.5),
+            x.ln_1p(),
+            x.exp_m1(),
+            x.erf(),
+            x.floor(),
+            x.ceil(),
+            x.round_ties_even(),
+            x.sign(),
+            x.pow(&x),
         ];
         let refs: Vec<&Tensor> = all.iter().collect();
         let want = lazor::reference::eval(&refs);
@@ -239,7 +247,7 @@ fn elementwise_methods_exist_with_f32_names() {
             assert_close(g, w, 1e-5, 1e-6, &format!("method {i}"));
         }
         assert_eq!(dev.stats().submits, 1, "all read back in one submit");
-        assert_eq!(dev.stats().dispatches, 1, "one fused kernel writes all 18 outputs");
+        assert_eq!(dev.stats().dispatches, 1, "one fused kernel writes all 26 outputs");
     }
 }
 

@@ -122,7 +122,7 @@ fn random(rng: &mut Rng, shape: &[usize], lo: f32, hi: f32) -> (Vec<usize>, Vec<
 fn unary_rules_match_central_differences() {
     let mut rng = Rng::new(1);
     type Op = fn(&Tensor) -> Tensor;
-    let cases: [(&str, Op, bool); 15] = [
+    let cases: [(&str, Op, bool); 22] = [
         ("neg", |x| -x, false),
         ("exp", |x| x.exp(), false),
         ("ln", |x| x.ln(), true),
@@ -138,6 +138,14 @@ fn unary_rules_match_central_differences() {
         ("square", |x| x.square(), false),
         ("gelu", |x| x.gelu(), false),
         ("silu", |x| x.silu(), false),
+        ("ln_1p", |x| x.ln_1p(), true),
+        ("exp_m1", |x| x.exp_m1(), false),
+        ("erf", |x| x.erf(), false),
+        // Steps, with every input at least 0.03 from one: zero gradients, as the differences say.
+        ("floor", |x| x.floor(), false),
+        ("ceil", |x| x.ceil(), false),
+        ("round_ties_even", |x| x.round_ties_even(), false),
+        ("sign", |x| x.sign(), false),
     ];
     for (name, op, positive) in cases {
         // An odd shape, read through a transpose: the rule sees a view.
@@ -169,6 +177,9 @@ fn binary_rules_broadcast_and_take_scalars_on_either_side() {
     }
     let a = random(&mut rng, &[4, 3], 0.5, 2.0);
     grad_check("powf", &[a], &|t| t[0].powf(2.5) + t[0].powf(-1.5));
+    // Both operands of pow, broadcast: a positive base.
+    let (a, b) = (random(&mut rng, &[2, 3, 4], 0.5, 2.0), random(&mut rng, &[3, 1], -1.5, 2.5));
+    grad_check("pow", &[a, b], &|t| t[0].pow(&t[1]));
 }
 
 #[test]
@@ -414,6 +425,19 @@ fn edges_follow_pytorch() {
         assert_eq!(grad_of(&g, &m), vec![1.0 / 3.0, 0.0, 1.0 / 3.0, 1.0 / 3.0], "tied maxima share, as amax");
         let g = (m.min(0) * 2.0).backward();
         assert_eq!(grad_of(&g, &m), vec![0.0, 2.0, 0.0, 0.0]);
+        // pow: d/da is 0 where b = 0, d/db is 0 where a = 0 and b >= 0 (PyTorch's values, 0 * inf and ln 0 aside).
+        let (a, b) = (v(&[0.0, 0.0, 2.0, -2.0, 0.0, -0.0]), v(&[0.0, 2.0, 0.0, 3.0, -1.0, 0.5]));
+        let g = a.pow(&b).sum_all().backward();
+        let ga = grad_of(&g, &a);
+        assert_eq!(ga, vec![0.0, 0.0, 0.0, 12.0, f32::NEG_INFINITY, f32::INFINITY], "pow, d/da");
+        let gb = grad_of(&g, &b);
+        assert_eq!(gb[..3], [0.0, 0.0, 2f32.ln()], "pow, d/db");
+        assert!(gb[3].is_nan() && gb[4] == f32::NEG_INFINITY && gb[5] == 0.0, "pow, d/db: {gb:?}");
+        // Steps have zero gradients, on the step too, and pass no infinity or NaN through.
+        let s = v(&[1.0, 0.5, 0.0, -2.5]);
+        let seed = Tensor::from_vec_on(vec![f32::INFINITY, f32::NAN, 1.0, 2.0], [4], &dev);
+        let g = (s.floor() + s.ceil() + s.round_ties_even() + s.sign()).backward_with(&seed);
+        assert_eq!(grad_of(&g, &s), vec![0.0; 4], "floor, ceil, round_ties_even, sign");
         let p = v(&[2.0, 0.0, 3.0, 0.0, 0.0, 5.0]);
         let g = p.reshape([2, 3]).prod(1).sum_all().backward();
         assert_eq!(grad_of(&g, &p), vec![0.0, 6.0, 0.0, 0.0, 0.0, 0.0], "prod: the product of the others");

@@ -1,5 +1,5 @@
-//! Every op against the CPU reference: random data, broadcast shapes, odd sizes, NaN and infinities, and random
-//! expression trees (proptest), fused and unfused.
+//! Every op against the CPU reference: random data, broadcast shapes, odd sizes, NaN and infinities, ops' own
+//! edges (half-way values, relative accuracy near 0), and random expression trees (proptest), fused and unfused.
 
 mod common;
 
@@ -13,8 +13,19 @@ use proptest::prelude::*;
 fn tolerance_unary(op: UnaryOp) -> (f32, f32) {
     match op {
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Square => (0.0, 0.0),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::RoundTiesEven | UnaryOp::Sign => (0.0, 0.0),
         UnaryOp::Sin | UnaryOp::Cos => (1e-4, 2e-5),
+        // Relative everywhere, near 0 too: what these ops are for.
+        UnaryOp::Ln1p | UnaryOp::ExpM1 | UnaryOp::Erf => (1e-5, 0.0),
         _ => (2e-5, 1e-6),
+    }
+}
+
+/// Binary ops' tolerances: GPU `pow` is `exp2(b log2(a))`, whose error grows with the result's exponent.
+fn tolerance_binary(op: BinaryOp) -> (f32, f32) {
+    match op {
+        BinaryOp::Pow => (1e-5, 0.0),
+        _ => (1e-6, 0.0),
     }
 }
 
@@ -35,6 +46,13 @@ fn apply_unary(t: &Tensor, op: UnaryOp) -> Tensor {
         UnaryOp::Square => t.square(),
         UnaryOp::Gelu => t.gelu(),
         UnaryOp::Silu => t.silu(),
+        UnaryOp::Ln1p => t.ln_1p(),
+        UnaryOp::ExpM1 => t.exp_m1(),
+        UnaryOp::Erf => t.erf(),
+        UnaryOp::Floor => t.floor(),
+        UnaryOp::Ceil => t.ceil(),
+        UnaryOp::RoundTiesEven => t.round_ties_even(),
+        UnaryOp::Sign => t.sign(),
         UnaryOp::Not => !t,
     }
 }
@@ -43,7 +61,10 @@ fn apply_unary(t: &Tensor, op: UnaryOp) -> Tensor {
 fn domain(op: UnaryOp) -> (f32, f32) {
     match op {
         UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt => (0.01, 100.0),
+        UnaryOp::Ln1p => (-0.999, 10.0),
         UnaryOp::Exp => (-80.0, 80.0),
+        UnaryOp::ExpM1 => (-20.0, 80.0),
+        UnaryOp::Erf => (-5.0, 5.0),
         UnaryOp::Sin | UnaryOp::Cos => (-10.0, 10.0),
         _ => (-20.0, 20.0),
     }
@@ -133,15 +154,16 @@ fn binary_ops_match_the_reference_on_broadcast_shapes() {
             (&[2, 3, 4, 5], &[1, 1, 4, 1]),
             (&[1], &[300]),
         ];
-        for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow && op.supports(Class::Float)) {
+        for op in BinaryOp::ALL.into_iter().filter(|&op| op.supports(Class::Float)) {
+            let (rel, abs) = tolerance_binary(op);
             for (sa, sb) in shapes {
                 let na: usize = sa.iter().product();
                 let nb: usize = sb.iter().product();
                 let a = Tensor::from_vec_on(rng.vec(na, -10.0, 10.0), sa, &dev);
                 let b = Tensor::from_vec_on(rng.vec(nb, 0.5, 10.0), sb, &dev);
                 let what = format!("{} {sa:?} {sb:?}", op.name());
-                check(&apply_binary(&a, &b, op), 1e-6, 0.0, &what);
-                check(&apply_binary(&b, &a, op), 1e-6, 0.0, &what);
+                check(&apply_binary(&a, &b, op), rel, abs, &what);
+                check(&apply_binary(&b, &a, op), rel, abs, &what);
             }
         }
     }
@@ -164,7 +186,26 @@ fn powf_follows_f32_rules() {
 #[test]
 fn ieee_special_values_behave_as_on_the_cpu() {
     for dev in devices() {
-        let special = [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e30, -1e30, 3.5];
+        // With half-way values (for rounding) and tiny ones (for ln_1p and exp_m1).
+        let special = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1e30,
+            -1e30,
+            3.5,
+            0.5,
+            -0.5,
+            1.5,
+            2.5,
+            -2.5,
+            1e-7,
+            -3e-8,
+        ];
         let n = special.len();
         let x = Tensor::from_vec_on(special.to_vec(), [n], &dev);
         // x / 0 = ±inf (or NaN for 0/0), sqrt(-1) = NaN, NaN propagates.
@@ -185,17 +226,86 @@ fn ieee_special_values_behave_as_on_the_cpu() {
             failures.extend(mismatch(&apply_unary(&t, op), rel, abs, op.name()));
         }
         // Comparisons too: every comparison with NaN is false except `ne`.
-        for op in BinaryOp::ALL.into_iter().filter(|&op| op != BinaryOp::Pow && op.supports(Class::Float)) {
+        for op in BinaryOp::ALL.into_iter().filter(|&op| op.supports(Class::Float)) {
+            let (rel, abs) = tolerance_binary(op);
             // All pairs of specials, through broadcasting [n, 1] x [n].
             let a = Tensor::from_vec_on(special.to_vec(), [n, 1], &dev);
-            failures.extend(mismatch(&apply_binary(&a, &x, op), 1e-6, 0.0, op.name()));
+            failures.extend(mismatch(&apply_binary(&a, &x, op), rel, abs, op.name()));
             // And same-shaped (vectorized) operands.
             let pairs: Vec<(f32, f32)> = special.iter().flat_map(|&p| special.iter().map(move |&q| (p, q))).collect();
             let l = Tensor::from_vec_on(pairs.iter().map(|p| p.0).collect(), [n * n], &dev);
             let r = Tensor::from_vec_on(pairs.iter().map(|p| p.1).collect(), [n * n], &dev);
-            failures.extend(mismatch(&apply_binary(&l, &r, op), 1e-6, 0.0, op.name()));
+            failures.extend(mismatch(&apply_binary(&l, &r, op), rel, abs, op.name()));
         }
         assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    }
+}
+
+#[test]
+fn ln_1p_exp_m1_and_erf_keep_their_relative_accuracy_near_0() {
+    // Down to 1e-30, where `ln(1 + x)` and `e^x - 1` have no digit left, and every 0.01 over [-4, 4], across the
+    // branches of the helpers. The reference is libm's `ln_1p` and `exp_m1`, and erf's one formula.
+    let mut xs: Vec<f32> = (0..=120).map(|e| 10f32.powf(-e as f32 / 4.0)).flat_map(|v| [v, -v]).collect();
+    xs.extend((-400..=400).map(|i| i as f32 / 100.0));
+    xs.extend([0.0, -0.0, 88.7, 88.72283, 88.72284, -17.4, -17.6, 1e38, -0.999_999_94, -1.0, 3.9, 4.1]);
+    for dev in devices() {
+        let x = Tensor::from_vec_on(xs.clone(), [xs.len()], &dev);
+        for op in [UnaryOp::Ln1p, UnaryOp::ExpM1, UnaryOp::Erf] {
+            let got = check(&apply_unary(&x, op), 1e-6, 0.0, op.name());
+            // ±0 keeps its sign: 1 / op(-0) is -inf on every backend.
+            let zero = xs.iter().position(|v| *v == 0.0 && v.is_sign_negative()).unwrap();
+            assert!(got[zero] == 0.0 && got[zero].is_sign_negative(), "{}(-0) on {}", op.name(), dev.name());
+        }
+    }
+}
+
+#[test]
+fn floor_ceil_round_and_sign_at_their_edges() {
+    let inf = f32::INFINITY;
+    let xs = [-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 2.499_999_8, -7.25, 8388609.0, inf, -inf];
+    for dev in devices() {
+        let x = Tensor::from_vec_on(xs.to_vec(), [xs.len()], &dev);
+        let bits = |t: Tensor| t.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        let want = |f: fn(f32) -> f32| xs.iter().map(|&v| f(v).to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(x.floor()), want(f32::floor), "floor on {}", dev.name());
+        assert_eq!(bits(x.ceil()), want(f32::ceil), "ceil on {}", dev.name());
+        // Half-way values to the even neighbour, as torch.round: -2.5 -> -2, 0.5 -> 0, 2.5 -> 2.
+        assert_eq!(bits(x.round_ties_even()), want(f32::round_ties_even), "round_ties_even on {}", dev.name());
+        assert_eq!(x.round_ties_even().to_vec()[..8], [-2.0, -2.0, -0.0, -0.0, 0.0, 0.0, 2.0, 2.0]);
+        let sign = x.sign().to_vec();
+        assert_eq!(sign[..6], [-1.0, -1.0, -1.0, -0.0, 0.0, 1.0]);
+        assert!(sign[3].is_sign_negative() && sign[12] == -1.0 && sign[11] == 1.0, "{sign:?} on {}", dev.name());
+        let nan = Tensor::from_vec_on(vec![f32::NAN], [1], &dev);
+        for t in [nan.floor(), nan.ceil(), nan.round_ties_even(), nan.sign()] {
+            assert!(t.to_vec()[0].is_nan(), "NaN stays NaN on {}", dev.name());
+        }
+        // Integers: whole already, and sign in their own type.
+        let i = Tensor::from_vec_on(vec![i32::MIN, -7, 0, 9, i32::MAX], [5], &dev);
+        assert_eq!(i.floor().to_vec_as::<i32>(), vec![i32::MIN, -7, 0, 9, i32::MAX]);
+        assert_eq!(i.round_ties_even().dtype(), lazor::DType::I32);
+        assert_eq!(i.sign().to_vec_as::<i32>(), vec![-1, -1, 0, 1, 1]);
+        let u = Tensor::from_vec_on(vec![0u32, 3, u32::MAX], [3], &dev);
+        assert_eq!(u.sign().to_vec_as::<u32>(), vec![0, 1, 1]);
+        assert_eq!(u.ceil().to_vec_as::<u32>(), vec![0, 3, u32::MAX]);
+    }
+}
+
+#[test]
+fn pow_between_tensors_broadcasts_and_follows_powf() {
+    for dev in devices() {
+        let a = Tensor::from_vec_on(vec![2.0, -2.0, 0.0, 9.0], [4, 1], &dev);
+        let b = Tensor::from_vec_on(vec![3.0, 0.5, -1.0], [3], &dev);
+        let got = a.pow(&b).to_vec();
+        let want: Vec<f32> =
+            [2.0f32, -2.0, 0.0, 9.0].iter().flat_map(|x| [3.0, 0.5, -1.0].map(|e| x.powf(e))).collect();
+        common::assert_close(&got, &want, 1e-6, 0.0, "pow");
+        assert_eq!(a.pow(&b).shape(), &[4, 3]);
+        // Integers compute in f32, as powf does.
+        let i = Tensor::from_vec_on(vec![2i32, 3], [2], &dev);
+        assert_eq!(i.pow(&i).dtype(), lazor::DType::F32);
+        assert_eq!(i.pow(&i).to_vec(), vec![4.0, 27.0]);
+        let e = a.try_pow(&Tensor::zeros_on([5, 2], &dev)).unwrap_err().to_string();
+        assert!(e.contains("pow") && e.contains("[4, 1]"), "{e}");
     }
 }
 

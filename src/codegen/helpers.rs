@@ -1,6 +1,7 @@
 //! The WGSL helper functions op spellings and conversions call: their source, signatures and dependencies.
 
-use crate::op::Helper;
+use crate::op::{Helper, ERF_SMALL, ERF_SPLIT, ERF_TAIL};
+use std::sync::OnceLock;
 
 /// Helper functions by name. They pin down IEEE behaviour and Rust's conversion rules that WGSL leaves open.
 pub(super) fn helper_source(h: Helper) -> &'static str {
@@ -36,6 +37,67 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
         if (!integer && ax != 0.0 && ax != big) { return bitcast<f32>(0x7fc00000u); }
     }
     return m;
+}
+"
+        }
+        // log1p as musl's log1pf: 1 + x = 2^k m with m in [sqrt(2)/2, sqrt(2)), then ln(m) = ln(1 + f) by a series
+        // in s = f / (2 + f), and k ln2 in two parts. f is taken from x, not from the rounded 1 + x, so nothing is
+        // compensated afterwards (a compiler may fold `x - ((1 + x) - 1)` to 0): for |k| <= 24, x - (2^k - 1) is
+        // exact (Sterbenz), and scaling by 2^-k is too. Within 2 ulp of libm (measured on lavapipe); tiny x (and
+        // -0) is its own value.
+        Helper::Ln1p => {
+            "fn lz_ln_1p(x: f32) -> f32 {
+    let bits = bitcast<u32>(x);
+    if (lz_isnan(x) || bits == 0x7f800000u || abs(x) < 5.9604645e-8) { return x; }
+    if (x <= -1.0) { return select(bitcast<f32>(0x7fc00000u), bitcast<f32>(0xff800000u), x == -1.0); }
+    let iu = bitcast<u32>(1.0 + x) + 0x004afb0du;
+    let k = i32(iu >> 23u) - 127;
+    var f = bitcast<f32>((iu & 0x007fffffu) + 0x3f3504f3u) - 1.0;
+    if (k <= 24) {
+        f = (x - (bitcast<f32>(u32(k + 127) << 23u) - 1.0)) * bitcast<f32>(u32(127 - k) << 23u);
+    }
+    let s = f / (2.0 + f);
+    let z = s * s;
+    let w = z * z;
+    let r = z * (0.6666666 + w * 0.28498787) + w * (0.40000972 + w * 0.24279079);
+    let hfsq = 0.5 * f * f;
+    let dk = f32(k);
+    return s * (hfsq + r) + dk * 9.058001e-6 - hfsq + f + dk * 0.6931381;
+}
+"
+        }
+        // expm1 as the CPU backend's exp (`src/backend/cpu/math.rs`): x = n ln2 + r with ln2 in two parts (n ln2_hi
+        // is exact), e^r - 1 by its Taylor series to r^7, then 2^n (e^r - 1) + (2^n - 1), where 2^n - 1 is exact.
+        // No `exp(x) - 1`, and `round`, not an added and subtracted 1.5 * 2^23, which a compiler may fold away.
+        // Within 2 ulp of libm (measured on lavapipe); tiny x (and -0) is its own value.
+        Helper::ExpM1 => {
+            "fn lz_exp_m1(x: f32) -> f32 {
+    if (lz_isnan(x) || abs(x) < 2.9802322e-8) { return x; }
+    if (x > 88.72284) { return bitcast<f32>(0x7f800000u); }
+    if (x < -17.5) { return -1.0; }
+    let n = round(x * 1.442695);
+    let r = (x - n * 0.69314575) - n * 1.4286068e-6;
+    let p = 0.5 + r * (0.16666667 + r * (0.041666668 + r * (0.008333334 + r * (0.0013888889 + r * 0.0001984127))));
+    let e = r + r * r * p;
+    let k = i32(n);
+    if (k == 0) { return e; }
+    if (k > 24) {
+        let h = k / 2;
+        return (1.0 + e) * bitcast<f32>(u32(h + 127) << 23u) * bitcast<f32>(u32(k - h + 127) << 23u);
+    }
+    let s = bitcast<f32>(u32(k + 127) << 23u);
+    return s * e + (s - 1.0);
+}
+"
+        }
+        Helper::Erf => erf_source(),
+        // By bits: a compiler that assumes no NaN could take `!(x < 0) && !(x > 0)` for `x == 0`.
+        Helper::Sign => {
+            "fn lz_sign(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    let a = b & 0x7fffffffu;
+    if (a == 0u || a > 0x7f800000u) { return x; }
+    return bitcast<f32>((b & 0x80000000u) | 0x3f800000u);
 }
 "
         }
@@ -187,6 +249,32 @@ fn lz_randn(x: u32, k0: u32, k1: u32) -> f32 {
     }
 }
 
+/// `lz_erf`: [`crate::op::erf`] spelled in WGSL, its coefficients printed from the same constants.
+fn erf_source() -> &'static str {
+    static SOURCE: OnceLock<String> = OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let horner =
+            |c: &[f32], x: &str| c.iter().skip(1).fold(format!("{:?}", c[0]), |r, c| format!("({r}) * {x} + {c:?}"));
+        format!(
+            "fn lz_erf(x: f32) -> f32 {{
+    if (lz_isnan(x)) {{ return x; }}
+    let t = abs(x);
+    if (t > {ERF_SPLIT:?}) {{
+        let u = min(t, 4.0);
+        let q = {};
+        let e = 1.0 - exp(q);
+        return select(e, -e, x < 0.0);
+    }}
+    let s = x * x;
+    return x + x * ({});
+}}
+",
+            horner(&ERF_TAIL, "u"),
+            horner(&ERF_SMALL, "s")
+        )
+    })
+}
+
 /// A helper's name, parameter types and result type, for its componentwise vec4 form.
 pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static str], &'static str) {
     match h {
@@ -194,6 +282,10 @@ pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static s
         Helper::Max => ("lz_max", &["f32", "f32"], "f32"),
         Helper::Min => ("lz_min", &["f32", "f32"], "f32"),
         Helper::Pow => ("lz_pow", &["f32", "f32"], "f32"),
+        Helper::Ln1p => ("lz_ln_1p", &["f32"], "f32"),
+        Helper::ExpM1 => ("lz_exp_m1", &["f32"], "f32"),
+        Helper::Erf => ("lz_erf", &["f32"], "f32"),
+        Helper::Sign => ("lz_sign", &["f32"], "f32"),
         Helper::RoundF16 => ("lz_f16", &["f32"], "f32"),
         Helper::RoundBf16 => ("lz_bf16", &["f32"], "f32"),
         Helper::F2I => ("lz_f2i", &["f32"], "i32"),
@@ -211,7 +303,14 @@ pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static s
 /// The helpers a helper calls.
 pub(super) fn helper_needs(h: Helper) -> &'static [Helper] {
     match h {
-        Helper::Max | Helper::Min | Helper::Pow | Helper::F2I | Helper::F2U => &[Helper::IsNan],
+        Helper::Max
+        | Helper::Min
+        | Helper::Pow
+        | Helper::Ln1p
+        | Helper::ExpM1
+        | Helper::Erf
+        | Helper::F2I
+        | Helper::F2U => &[Helper::IsNan],
         Helper::Rand | Helper::RandX4 | Helper::Randn => &[Helper::Philox],
         Helper::RandnX4 => &[Helper::Randn],
         _ => &[],

@@ -4,7 +4,7 @@
 use lazor::op::BinaryOp;
 use lazor::{DType, Device, Tensor};
 
-/// `op(a, b)` through the user-facing API (`powf` takes a scalar exponent: 2).
+/// `op(a, b)` through the user-facing API.
 pub fn apply_binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Tensor {
     match op {
         BinaryOp::Add => a + b,
@@ -23,7 +23,7 @@ pub fn apply_binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Tensor {
         BinaryOp::Ge => a.ge(b),
         BinaryOp::Eq => a.eq(b),
         BinaryOp::Ne => a.ne(b),
-        BinaryOp::Pow => a.powf(2.0),
+        BinaryOp::Pow => a.pow(b),
     }
 }
 

@@ -103,7 +103,17 @@ pub fn bound(step: &Step, r: &[Tensor], b: &[Tensor], ro: &Tensor, dt: DType, de
 /// Whether the step computes new values (and so may round or overflow).
 fn arithmetic(step: &Step) -> bool {
     match step {
-        Step::Unary { op, .. } => !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
+        // Whole numbers and signs of a half value are half values.
+        Step::Unary { op, .. } => !matches!(
+            op,
+            UnaryOp::Neg
+                | UnaryOp::Abs
+                | UnaryOp::Relu
+                | UnaryOp::Floor
+                | UnaryOp::Ceil
+                | UnaryOp::RoundTiesEven
+                | UnaryOp::Sign
+        ),
         Step::Binary { op, .. } => !op.is_compare() && !matches!(op, BinaryOp::Max | BinaryOp::Min),
         Step::Scalar { .. } | Step::Powf { .. } | Step::Cast { .. } | Step::Matmul { .. } => true,
         Step::Reduce { op, .. } => !matches!(op, Red::Max | Red::Min | Red::Argmax | Red::Argmin),
@@ -132,6 +142,21 @@ fn unary(op: UnaryOp, rx: &Tensor, bx: &Tensor, ro: &Tensor, dt: DType) -> Tenso
         UnaryOp::Sin | UnaryOp::Cos => bx.clone() + (&ax * 1e-6 + 2e-5),
         UnaryOp::Gelu => bx * 1.2 + ulp(ro, dt) * 16.0 + (&ax + 1.0) * 2f32.powi(-20),
         UnaryOp::Silu => bx * 1.1 + ulp(ro, dt) * 16.0 + (&ax + 1.0) * 2f32.powi(-21),
+        // The helpers keep a relative error of a few ulp, near 0 too.
+        UnaryOp::Ln1p => {
+            let a1 = (rx + 1.0).abs();
+            unsure(&(bx.ge(&(&a1 * 0.5)) & bx.gt(0.0f32)), &(bx / &a1 * 2.0 + ulp(ro, dt) * 3.0))
+        }
+        // The derivative is e^x = ro + 1.
+        UnaryOp::ExpM1 => (ro.abs() + 1.0) * bx.exp_m1() + ulp(ro, dt) * 3.0,
+        // |erf'| <= 2 / sqrt(pi); in the tail, GPU `exp`'s error is a few ulp of erfc <= 0.19.
+        UnaryOp::Erf => bx * 1.13 + ulp(ro, dt) * 4.0,
+        // Exact, unless the input's interval reaches a step.
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::RoundTiesEven => {
+            let step = |t: Tensor| super::program::unary(op, &t);
+            unsure(&(step(rx - bx).ne(step(rx + bx)) & bx.gt(0.0f32)), &(bx * 0.0))
+        }
+        UnaryOp::Sign => unsure(&(rx.abs().le(bx) & bx.gt(0.0f32)), &(bx * 0.0)),
     }
 }
 
@@ -151,6 +176,22 @@ fn binary(op: BinaryOp, rx: &Tensor, bx: &Tensor, ry: &Tensor, by: &Tensor, ro: 
             let spread = (bx + &(ro.abs() * by)) / &ay * 2.0 + ulp(ro, dt) * 3.0;
             let exact = (bx + by).le(0.0f32).where_cond(&(ulp(ro, dt) * 3.0), &spread);
             unsure(&(by.ge(&(&ay * 0.5)) & by.gt(0.0f32)), &exact)
+        }
+        BinaryOp::Pow => {
+            // ln|o| moves by |y| dx / |x| + |ln x| dy; GPU pow is exp2(y log2 x), whose log2 has an absolute
+            // error, and whose exp2 rounds y log2 x.
+            let (ax, ay) = (rx.abs(), ry.abs());
+            let lnx = ax.ln().abs();
+            let spread = (bx / &ax * &ay + &lnx * by) * 2.0 + ((&lnx + 1.0) * &ay * 2.0 + 8.0) * eps(dt);
+            // An infinite value stays infinite with a positive bound: an overflow may land either side.
+            let size = ro.abs().minimum(&Tensor::full_on([], f32::MAX, ro.device()));
+            let body = size * spread + ulp(ro, dt);
+            // What the helper spells out exactly: y = 0, x = 1, zero or infinite operands.
+            let special = ry.eq(0.0f32) | rx.eq(1.0f32) | ax.eq(0.0f32) | ax.eq(INF) | ay.eq(INF);
+            let exact = (bx.le(0.0f32) & by.le(0.0f32) & special).where_cond(zeros_like(ro), &body);
+            // A negative or zero base with an inexact exponent may be NaN, 0 or infinite; so may a base near 0.
+            let flips = (rx.le(0.0f32) & by.gt(0.0f32)) | (bx.ge(&(&ax * 0.5)) & bx.gt(0.0f32));
+            unsure(&flips, &exact)
         }
         _ => bx.maximum(by),
     }

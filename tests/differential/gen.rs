@@ -102,8 +102,7 @@ fn propose(rng: &mut Rng, vals: &[Tensor], specials: bool) -> Step {
         }
         1 | 2 => Step::Unary { op: pick(rng, &UnaryOp::ALL), x },
         3..=5 => {
-            let ops: Vec<BinaryOp> = BinaryOp::ALL.into_iter().filter(|&o| o != BinaryOp::Pow).collect();
-            let op = pick(rng, &ops);
+            let op = pick(rng, &BinaryOp::ALL);
             let y = partner(rng, vals, &shape);
             match y {
                 Some(y) if chance(rng, 0.8) => Step::Binary { op, x, y },

@@ -288,6 +288,13 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Tensor {
         UnaryOp::Square => x.square(),
         UnaryOp::Gelu => x.gelu(),
         UnaryOp::Silu => x.silu(),
+        UnaryOp::Ln1p => x.ln_1p(),
+        UnaryOp::ExpM1 => x.exp_m1(),
+        UnaryOp::Erf => x.erf(),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::RoundTiesEven => x.round_ties_even(),
+        UnaryOp::Sign => x.sign(),
         UnaryOp::Not => !x,
     }
 }
@@ -320,7 +327,7 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
                 _ => a ^ b,
             })
         }
-        BinaryOp::Pow => Err(lazor::Error::DType { op: "pow", message: "as Powf".into() }),
+        BinaryOp::Pow => a.try_pow(b),
     }
 }
 
