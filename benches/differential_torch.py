@@ -168,9 +168,9 @@ def float_unary(name, x):
     if name == "silu":
         # The row's own formula, not x * sigmoid(x): at -inf it is -inf / inf = NaN in lazor.
         return x / (1.0 + torch.exp(-x))
-    if name == "ln_1p":
+    if name == "log1p":
         return torch.log1p(x)
-    if name == "exp_m1":
+    if name == "expm1":
         return torch.expm1(x)
     if name == "erf":
         return torch.erf(x)  # the true erf: lazor's formula is within about an ulp of it
@@ -178,7 +178,7 @@ def float_unary(name, x):
         return torch.floor(x)
     if name == "ceil":
         return torch.ceil(x)
-    if name == "round_ties_even":
+    if name == "round":
         return torch.round(x)  # half-way values to the even neighbour
     if name == "sign":
         # -1 or 1; +-0 and NaN stay as they are (torch.sign gives 0 for NaN).
@@ -202,7 +202,7 @@ def int_unary(name, x, dt):
         return wrap(s * s, dt)
     if name == "not":
         return wrap(~x, dt)
-    if name in ("floor", "ceil", "round_ties_even"):
+    if name in ("floor", "ceil", "round"):
         return x  # whole already
     if name == "sign":
         return torch.sign(x)  # u32 values are held as 0..2^32-1: 0 or 1

@@ -133,7 +133,7 @@ impl Tensor {
     }
 
     /// The mean binary cross-entropy of logits against targets in `[0, 1]`, as
-    /// `torch.nn.functional.binary_cross_entropy_with_logits`: `max(x, 0) - x t + ln(1 + e^-|x|)`, which never
+    /// `torch.nn.functional.binary_cross_entropy_with_logits`: `max(x, 0) - x t + log1p(e^-|x|)`, which never
     /// overflows; the shapes broadcast.
     ///
     /// # Panics
@@ -159,7 +159,7 @@ impl Tensor {
         let (x, t) = (self.detach(), target.detach());
         let loss = no_grad(|| -> Result<Tensor> {
             let xt = x.try_mul(&t)?;
-            let softplus = ((-x.abs()).exp() + 1.0).ln();
+            let softplus = (-x.abs()).exp().log1p();
             Ok((x.relu() - &xt + &softplus).mean_all())
         })?;
         // A closed form: the composed rule would give `-t` rather than `0.5 - t` at `x = 0`, where `relu` and

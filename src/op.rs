@@ -34,10 +34,10 @@ helpers! {
     Min,
     /// `lz_pow`: Rust's `powf`.
     Pow,
-    /// `lz_ln_1p`: `ln(1 + x)`, accurate near 0 (WGSL's `log` only promises an absolute error near 1).
-    Ln1p,
-    /// `lz_exp_m1`: `e^x - 1`, accurate near 0.
-    ExpM1,
+    /// `lz_log1p`: `ln(1 + x)`, accurate near 0 (WGSL's `log` only promises an absolute error near 1).
+    Log1p,
+    /// `lz_expm1`: `e^x - 1`, accurate near 0.
+    Expm1,
     /// `lz_erf`: the error function, as [`erf`] (WGSL has none).
     Erf,
     /// `lz_sign`: -1 or +1 by the sign bit, `x` itself for ±0 and NaN.
@@ -504,16 +504,16 @@ op_table! {
         Silu "silu" @float "{a} / (1.0 + exp(-{a}))" needs [] |x| x / (1.0 + M::exp(-x));
         // Not `log(1 + x)` or `exp(x) - 1`, which lose every digit near 0, nor the compensated `u = 1 + x;
         // log(u) * x / (u - 1)`: WGSL's `log` promises only an absolute error near 1 (on lavapipe that form gives
-        // -1.03e-7 for ln_1p(-5.96e-8), fused or not), and `(1 + x) - 1` is algebra a compiler may fold to `x`.
+        // -1.03e-7 for log1p(-5.96e-8), fused or not), and `(1 + x) - 1` is algebra a compiler may fold to `x`.
         // The helpers reduce by bits and sum their own series, within 2 ulp of libm (which the rows call).
-        Ln1p "ln_1p" @float "lz_ln_1p{v}({a})" needs [IsNan, Ln1p] |x| x.ln_1p();
-        ExpM1 "exp_m1" @float "lz_exp_m1{v}({a})" needs [IsNan, ExpM1] |x| x.exp_m1();
+        Log1p "log1p" @float "lz_log1p{v}({a})" needs [IsNan, Log1p] |x| x.ln_1p();
+        Expm1 "expm1" @float "lz_expm1{v}({a})" needs [IsNan, Expm1] |x| x.exp_m1();
         Erf "erf" @float "lz_erf{v}({a})" needs [IsNan, Erf] |x| erf::<M>(x);
         /// Integers are whole already: floor, ceil and rounding leave them as they are.
         Floor "floor" @float "floor({a})" needs [] |x| x.floor(); @int "{a}" |x| x;
         Ceil "ceil" @float "ceil({a})" needs [] |x| x.ceil(); @int "{a}" |x| x;
         /// Half-way values to the even neighbour (WGSL's `round`, `torch.round`), not away from 0 as `f32::round`.
-        RoundTiesEven "round_ties_even" @float "round({a})" needs [] |x| x.round_ties_even(); @int "{a}" |x| x;
+        Round "round" @float "round({a})" needs [] |x| x.round_ties_even(); @int "{a}" |x| x;
         /// -1, 0 or +1; ±0 and NaN stay as they are (unlike `f32::signum`, which gives ±1 for ±0).
         Sign "sign" @float "lz_sign{v}({a})" needs [Sign]
             |x| if x == 0.0 || x.is_nan() { x } else { 1.0f32.copysign(x) };
@@ -637,13 +637,13 @@ mod tests {
         assert_eq!(UnaryOp::Relu.eval(-3.0), 0.0);
         assert!(UnaryOp::Relu.eval(f32::NAN).is_nan());
         assert_eq!(BinaryOp::Div.eval(1.0, 0.0), f32::INFINITY);
-        assert_eq!(UnaryOp::RoundTiesEven.eval(2.5), 2.0);
-        assert_eq!(UnaryOp::RoundTiesEven.eval(-0.5), -0.0);
+        assert_eq!(UnaryOp::Round.eval(2.5), 2.0);
+        assert_eq!(UnaryOp::Round.eval(-0.5), -0.0);
         assert!(UnaryOp::Sign.eval(f32::NAN).is_nan());
         assert!(UnaryOp::Sign.eval(-0.0).is_sign_negative());
         assert_eq!(UnaryOp::Sign.eval(-1e-40), -1.0);
-        assert_eq!(UnaryOp::Ln1p.eval(1e-30), 1e-30);
-        assert_eq!(UnaryOp::ExpM1.eval(-1e-30), -1e-30);
+        assert_eq!(UnaryOp::Log1p.eval(1e-30), 1e-30);
+        assert_eq!(UnaryOp::Expm1.eval(-1e-30), -1e-30);
     }
 
     #[test]

@@ -259,19 +259,19 @@ unary_methods! {
     gelu => Gelu;
     /// SiLU (swish): `x / (1 + e^-x)`.
     silu => Silu;
-    /// `ln(1 + x)`, accurate for `x` near 0 (as `f32::ln_1p`; `torch.log1p`).
-    ln_1p => Ln1p;
-    /// `e^x - 1`, accurate for `x` near 0 (as `f32::exp_m1`; `torch.expm1`).
-    exp_m1 => ExpM1;
+    /// `ln(1 + x)`, accurate for `x` near 0 (as `torch.log1p` and `f32::ln_1p`).
+    log1p => Log1p;
+    /// `e^x - 1`, accurate for `x` near 0 (as `torch.expm1` and `f32::exp_m1`).
+    expm1 => Expm1;
     /// The error function, within about 1e-7 ([`crate::op::erf`]: one formula on every backend).
     erf => Erf;
     /// The largest integer `<= x`; integers stay as they are.
     floor => Floor;
     /// The smallest integer `>= x`; integers stay as they are.
     ceil => Ceil;
-    /// The nearest integer, half-way values to the even one (as `f32::round_ties_even`; `torch.round`);
+    /// The nearest integer, half-way values to the even one (as `torch.round` and `f32::round_ties_even`; not `f32::round`, which rounds half away from 0);
     /// integers stay as they are.
-    round_ties_even => RoundTiesEven;
+    round => Round;
     /// -1, 0 or 1 by the sign of `x` (`torch.sign`); ±0 and NaN stay as they are (`torch.sign(NaN)` is 0). Not
     /// `f32::signum`, which gives ±1 at ±0.
     sign => Sign;

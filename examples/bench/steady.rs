@@ -4,8 +4,8 @@
 
 use crate::common::Case;
 use crate::timing::{abc, inputs, measure, measure_parts, Config};
-use std::time::Instant;
 use lazor::{Device, Tensor};
+use std::time::Instant;
 
 /// Realizes per wait in the pipelined loop.
 const BATCH: u32 = 8;
@@ -49,11 +49,8 @@ impl Cell {
                 let x = Tensor::from_vec_on(inputs(n * n, 5), [n, n], dev);
                 let w = Tensor::from_vec_on(inputs(n * n, 6), [n, n], dev);
                 lazor::realize(&[&x, &w]).expect("upload");
-                let f: Expr = if transposed {
-                    Box::new(|t| t[0].matmul(&t[1].t()))
-                } else {
-                    Box::new(|t| t[0].matmul(&t[1]))
-                };
+                let f: Expr =
+                    if transposed { Box::new(|t| t[0].matmul(&t[1].t())) } else { Box::new(|t| t[0].matmul(&t[1])) };
                 (vec![x, w], f)
             }
         }

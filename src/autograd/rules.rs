@@ -19,9 +19,9 @@ pub(crate) fn unary_differentiable(op: UnaryOp) -> bool {
     use UnaryOp::*;
     match op {
         Neg | Exp | Ln | Sqrt | Rsqrt | Abs | Relu | Sigmoid | Tanh | Sin | Cos | Recip | Square | Gelu | Silu
-        | Ln1p | ExpM1 | Erf => true,
+        | Log1p | Expm1 | Erf => true,
         // Zero almost everywhere (and at the steps, as PyTorch).
-        Floor | Ceil | RoundTiesEven | Sign => true,
+        Floor | Ceil | Round | Sign => true,
         // Integer and bool only.
         Not => false,
     }
@@ -263,12 +263,12 @@ fn unary(op: UnaryOp, g: &Tensor, x: &Tensor, y: &Tensor) -> Tensor {
             let s = x.sigmoid();
             g * &(&s * &(x * &(1.0 - &s) + 1.0))
         }
-        Ln1p => g / &(x + 1.0),
-        ExpM1 => g * &(y + 1.0),
+        Log1p => g / &(x + 1.0),
+        Expm1 => g * &(y + 1.0),
         // 2 / sqrt(pi) e^(-x^2).
         Erf => g * &((-x.square()).exp() * std::f32::consts::FRAC_2_SQRT_PI),
         // Zeros, not `g * 0`: an infinite or NaN gradient does not pass through a step (PyTorch's zeros_like).
-        Floor | Ceil | RoundTiesEven | Sign => Tensor::full_lane(g.shape.clone(), 0, g.dtype, &g.device),
+        Floor | Ceil | Round | Sign => Tensor::full_lane(g.shape.clone(), 0, g.dtype, &g.device),
         Not => unreachable!("not is recorded only on floats, where it is undefined"),
     }
 }

@@ -45,8 +45,8 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
         // compensated afterwards (a compiler may fold `x - ((1 + x) - 1)` to 0): for |k| <= 24, x - (2^k - 1) is
         // exact (Sterbenz), and scaling by 2^-k is too. Within 2 ulp of libm (measured on lavapipe); tiny x (and
         // -0) is its own value.
-        Helper::Ln1p => {
-            "fn lz_ln_1p(x: f32) -> f32 {
+        Helper::Log1p => {
+            "fn lz_log1p(x: f32) -> f32 {
     let bits = bitcast<u32>(x);
     if (lz_isnan(x) || bits == 0x7f800000u || abs(x) < 5.9604645e-8) { return x; }
     if (x <= -1.0) { return select(bitcast<f32>(0x7fc00000u), bitcast<f32>(0xff800000u), x == -1.0); }
@@ -70,8 +70,8 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
         // is exact), e^r - 1 by its Taylor series to r^7, then 2^n (e^r - 1) + (2^n - 1), where 2^n - 1 is exact.
         // No `exp(x) - 1`, and `round`, not an added and subtracted 1.5 * 2^23, which a compiler may fold away.
         // Within 2 ulp of libm (measured on lavapipe); tiny x (and -0) is its own value.
-        Helper::ExpM1 => {
-            "fn lz_exp_m1(x: f32) -> f32 {
+        Helper::Expm1 => {
+            "fn lz_expm1(x: f32) -> f32 {
     if (lz_isnan(x) || abs(x) < 2.9802322e-8) { return x; }
     if (x > 88.72284) { return bitcast<f32>(0x7f800000u); }
     if (x < -17.5) { return -1.0; }
@@ -282,8 +282,8 @@ pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static s
         Helper::Max => ("lz_max", &["f32", "f32"], "f32"),
         Helper::Min => ("lz_min", &["f32", "f32"], "f32"),
         Helper::Pow => ("lz_pow", &["f32", "f32"], "f32"),
-        Helper::Ln1p => ("lz_ln_1p", &["f32"], "f32"),
-        Helper::ExpM1 => ("lz_exp_m1", &["f32"], "f32"),
+        Helper::Log1p => ("lz_log1p", &["f32"], "f32"),
+        Helper::Expm1 => ("lz_expm1", &["f32"], "f32"),
         Helper::Erf => ("lz_erf", &["f32"], "f32"),
         Helper::Sign => ("lz_sign", &["f32"], "f32"),
         Helper::RoundF16 => ("lz_f16", &["f32"], "f32"),
@@ -306,8 +306,8 @@ pub(super) fn helper_needs(h: Helper) -> &'static [Helper] {
         Helper::Max
         | Helper::Min
         | Helper::Pow
-        | Helper::Ln1p
-        | Helper::ExpM1
+        | Helper::Log1p
+        | Helper::Expm1
         | Helper::Erf
         | Helper::F2I
         | Helper::F2U => &[Helper::IsNan],

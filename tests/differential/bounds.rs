@@ -111,7 +111,7 @@ fn arithmetic(step: &Step) -> bool {
                 | UnaryOp::Relu
                 | UnaryOp::Floor
                 | UnaryOp::Ceil
-                | UnaryOp::RoundTiesEven
+                | UnaryOp::Round
                 | UnaryOp::Sign
         ),
         Step::Binary { op, .. } => !op.is_compare() && !matches!(op, BinaryOp::Max | BinaryOp::Min),
@@ -143,16 +143,16 @@ fn unary(op: UnaryOp, rx: &Tensor, bx: &Tensor, ro: &Tensor, dt: DType) -> Tenso
         UnaryOp::Gelu => bx * 1.2 + ulp(ro, dt) * 16.0 + (&ax + 1.0) * 2f32.powi(-20),
         UnaryOp::Silu => bx * 1.1 + ulp(ro, dt) * 16.0 + (&ax + 1.0) * 2f32.powi(-21),
         // The helpers keep a relative error of a few ulp, near 0 too.
-        UnaryOp::Ln1p => {
+        UnaryOp::Log1p => {
             let a1 = (rx + 1.0).abs();
             unsure(&(bx.ge(&(&a1 * 0.5)) & bx.gt(0.0f32)), &(bx / &a1 * 2.0 + ulp(ro, dt) * 3.0))
         }
         // The derivative is e^x = ro + 1.
-        UnaryOp::ExpM1 => (ro.abs() + 1.0) * bx.exp_m1() + ulp(ro, dt) * 3.0,
+        UnaryOp::Expm1 => (ro.abs() + 1.0) * bx.expm1() + ulp(ro, dt) * 3.0,
         // |erf'| <= 2 / sqrt(pi); in the tail, GPU `exp`'s error is a few ulp of erfc <= 0.19.
         UnaryOp::Erf => bx * 1.13 + ulp(ro, dt) * 4.0,
         // Exact, unless the input's interval reaches a step.
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::RoundTiesEven => {
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => {
             let step = |t: Tensor| super::program::unary(op, &t);
             unsure(&(step(rx - bx).ne(step(rx + bx)) & bx.gt(0.0f32)), &(bx * 0.0))
         }
