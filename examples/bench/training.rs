@@ -11,7 +11,6 @@ struct Case<'a> {
     run: Box<dyn Fn() + 'a>,
 }
 
-#[allow(dead_code)] // `Flops` is for the convolution cases.
 enum Rate {
     Bytes(u64),
     Flops(u64),
@@ -35,6 +34,13 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
     let rows = (tokens * width * 4) as u64;
     // Token ids as a training step has them: host data, fresh each step.
     let host_ids: Vec<i32> = crate::common::uniform(tokens, 6).iter().map(|u| (u * vocab as f32) as i32).collect();
+    // A ResNet stage's 3x3 convolution, stride 1, padding 1.
+    let (batch, chans, side) = if small { (4, 16, 28) } else { (64, 64, 56) };
+    let image = Var::new(Tensor::randn_on([batch, chans, side, side], 7, dev) + 0.0);
+    let kernel = Var::new(Tensor::randn_on([chans, chans, 3, 3], 8, dev) * 0.1);
+    lazor::realize(&[&image.tensor(), &kernel.tensor()]).expect("conv inputs");
+    let flops = (2 * batch * chans * side * side * chans * 9) as u64;
+    let conv = || image.tensor().conv2d(&kernel.tensor(), None, (1, 1), (1, 1));
     let mut cases = vec![
         Case {
             name: "`table.index_select(0, ids)` (embedding lookup)",
@@ -64,6 +70,21 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
             }),
         },
     ];
+    cases.push(Case {
+        name: "`x.conv2d(w)` [N, 64, 56, 56] x [64, 64, 3, 3]",
+        rate: Rate::Flops(flops),
+        run: Box::new(|| keep(conv())),
+    });
+    cases.push(Case {
+        name: "conv2d forward + backward (`sum` loss)",
+        rate: Rate::Flops(3 * flops),
+        run: Box::new(|| {
+            let loss = conv().sum_all();
+            let grads = loss.backward();
+            let (gx, gw) = (grads.get(&image).expect("dx"), grads.get(&kernel).expect("dw"));
+            lazor::realize(&[&loss, &gx, &gw]).expect("realize");
+        }),
+    });
     if !small {
         // A fold per output element over the whole index: what ids computed on the device cost.
         cases.push(Case {
