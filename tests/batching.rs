@@ -233,3 +233,23 @@ fn independent_realizes_of_one_batch_get_distinct_buffers_and_a_chain_reuses_two
         assert_eq!(dev.stats().buffers_allocated, before, "{}: submitted buffers are reused", dev.name());
     }
 }
+
+#[test]
+fn a_read_joins_the_held_batch_in_one_submit() {
+    for dev in devices().into_iter().filter(|d| !d.is_cpu()) {
+        let (a, b) = (data(&dev, 256 * 256, 3).reshape([256, 256]), data(&dev, 256 * 256, 4).reshape([256, 256]));
+        let y = || (a.t() + &b).relu();
+        // Pipelines compiled first: a realize that compiles one submits what is held, so the GPU works meanwhile.
+        let want = y().to_vec();
+        (&a + 1.0).realize().unwrap();
+        (&b * 2.0).realize().unwrap();
+        dev.synchronize().unwrap();
+        dev.set_queue_depth(0);
+        let before = dev.stats();
+        (&a + 1.0).realize().unwrap();
+        (&b * 2.0).realize().unwrap();
+        assert_eq!(y().to_vec(), want);
+        assert_eq!(dev.stats().submits - before.submits, 1, "{}: two realizes and a read", dev.name());
+        dev.set_queue_depth(2);
+    }
+}
