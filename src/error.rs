@@ -57,6 +57,14 @@ pub enum Error {
         /// The extent of the axis it indexes.
         size: usize,
     },
+    /// A bad setting of a layer or an optimizer (a learning rate below 0, a probability outside `[0, 1)`).
+    #[error("lazor: {op}: {message}")]
+    Config {
+        /// The constructor, as users call it.
+        op: &'static str,
+        /// What is wrong, naming the setting and its value.
+        message: String,
+    },
     /// Operands that live on two different devices.
     #[error("lazor: {op}: operands live on different devices")]
     DeviceMismatch {

@@ -40,6 +40,7 @@ pub mod nn;
 #[doc(hidden)]
 pub mod op;
 mod ops;
+pub mod optim;
 mod profile;
 mod random;
 mod read;

@@ -229,7 +229,7 @@ fn a_new_dropout_mask_compiles_and_plans_nothing() {
 
 #[test]
 fn dropout_rejects_a_bad_probability() {
-    assert!(matches!(nn::Dropout::try_new(1.0), Err(lazor::Error::BadArgument { .. })));
+    assert!(matches!(nn::Dropout::try_new(1.0), Err(lazor::Error::Config { op: "Dropout::new", .. })));
     assert!(nn::Dropout::try_new(f32::NAN).is_err() && nn::Dropout::try_new(-0.1).is_err());
     let e = std::panic::catch_unwind(|| nn::Dropout::new(1.5)).unwrap_err();
     let msg = e.downcast_ref::<String>().unwrap();

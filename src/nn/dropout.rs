@@ -47,7 +47,7 @@ impl Dropout {
     /// [`Dropout::new`], returning an error instead of panicking.
     ///
     /// # Errors
-    /// [`Error::BadArgument`] when `p` is not in `[0, 1)` (NaN included).
+    /// [`Error::Config`] when `p` is not in `[0, 1)` (NaN included).
     pub fn try_new(p: f32) -> Result<Dropout> {
         Dropout::try_with_seed(p, init::stream(0x0d20_90a7, LAYERS.fetch_add(1, Ordering::Relaxed)))
     }
@@ -65,13 +65,12 @@ impl Dropout {
     /// [`Dropout::with_seed`], returning an error instead of panicking.
     ///
     /// # Errors
-    /// [`Error::BadArgument`] when `p` is not in `[0, 1)` (NaN included).
+    /// [`Error::Config`] when `p` is not in `[0, 1)` (NaN included).
     pub fn try_with_seed(p: f32, seed: u64) -> Result<Dropout> {
         if !(0.0..1.0).contains(&p) {
-            return Err(Error::BadArgument {
+            return Err(Error::Config {
                 op: "Dropout::new",
                 message: format!("the probability p = {p} is not in [0, 1)"),
-                shape: crate::shape::Shape::from([]),
             });
         }
         Ok(Dropout { p, training: AtomicBool::new(true), seed, calls: AtomicU64::new(0) })

@@ -1,5 +1,5 @@
 //! Neural-network building blocks, as `torch.nn`: layers that own their parameters as [`Var`](crate::Var)s
-//! behind the [`Module`] trait, and activations as functions. [`functional`] holds the stateless
+//! behind the [`Module`] trait, activations as functions, [`clip_grad_norm`]. [`functional`] holds the stateless
 //! functions layers are made of.
 //!
 //! Every layer initialises its parameters as PyTorch's defaults do, from lazor's counter-based generator
@@ -19,6 +19,7 @@
 //! assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
 //! ```
 
+mod clip;
 mod dropout;
 mod embedding;
 pub mod functional;
@@ -28,6 +29,7 @@ mod linear;
 mod module;
 mod sequential;
 
+pub use clip::clip_grad_norm;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use functional::{gelu, relu, sigmoid, silu, tanh};

@@ -291,8 +291,14 @@ pub(super) fn group(
                     && bindings_fit(grp, &deps, g, &group_of, opts.max_bindings)
                     && grp.ops + ops <= opts.max_ops;
             }
-            // A fold or product starts its own kernel; its epilogue takes only members that read it.
-            if is_head || squeezed(&grp.shape) != squeezed(shape) || grp.head.is_some_and(|r| !deps.contains(&r)) {
+            // A fold or product starts its own kernel; its epilogue takes only members that read it, or that read
+            // another member at its own index (an optimizer's new parameter from the new moments a bias
+            // gradient's fold computes in its epilogue).
+            let reads_group = |grp: &Group| {
+                deps.iter().any(|d| group_of.get(d) == Some(&g) && !strided.contains(d))
+                    || grp.head.is_some_and(|r| deps.contains(&r))
+            };
+            if is_head || squeezed(&grp.shape) != squeezed(shape) || (grp.head.is_some() && !reads_group(grp)) {
                 return false;
             }
             // Every materialized dependency must come from an earlier kernel, or from this one when it is read at
