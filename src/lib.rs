@@ -48,6 +48,7 @@ mod realize;
 mod reductions;
 #[doc(hidden)]
 pub mod reference;
+pub mod safetensors;
 mod schedule;
 mod shape;
 mod stats;

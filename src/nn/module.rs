@@ -1,12 +1,15 @@
-//! The `Module` trait: a layer's forward pass and its named parameters.
+//! The `Module` trait: a layer's forward pass, its named parameters, and saving and loading them by name.
 
 use crate::autograd::Var;
+use crate::error::Result;
 use crate::tensor::Tensor;
+use std::path::Path;
 
 /// A layer or a model: a forward pass over its parameters, which it owns as [`Var`]s.
 ///
 /// [`Module::parameters`] names them as PyTorch's `state_dict` keys (`weight`, `bias`, nested with dots:
-/// `0.weight`, `encoder.2.bias`), so the names match the PyTorch model of the same structure. Any function `Fn(&Tensor) -> Tensor` is a module without parameters, so activations go
+/// `0.weight`, `encoder.2.bias`), so a checkpoint written by [`Module::save`] loads into the PyTorch model of the same
+/// structure and back. Any function `Fn(&Tensor) -> Tensor` is a module without parameters, so activations go
 /// into a [`Sequential`](super::Sequential) as they are (`Box::new(nn::relu)`).
 ///
 /// # Examples
@@ -30,6 +33,9 @@ use crate::tensor::Tensor;
 /// }
 /// let model = Mlp { fc1: nn::Linear::new(784, 128, true, 1), fc2: nn::Linear::new(128, 10, true, 2) };
 /// assert_eq!(model.parameters()[2].0, "fc2.weight");
+/// model.save("mlp.safetensors")?;
+/// model.load("mlp.safetensors")?;
+/// # Ok::<(), lazor::Error>(())
 /// ```
 pub trait Module {
     /// The layer applied to `x`: lazy, and tracked for [`Tensor::backward`] through the parameters.
@@ -49,9 +55,42 @@ pub trait Module {
     fn vars(&self) -> Vec<Var> {
         self.parameters().into_iter().map(|(_, v)| v).collect()
     }
+
+    /// Writes every parameter to a safetensors file at `path` under its name, in one read-back.
+    ///
+    /// # Errors
+    /// [`Error::Io`](crate::Error::Io) when the file cannot be written,
+    /// [`Error::BadArgument`](crate::Error::BadArgument) when two parameters have one name; device failures as
+    /// [`Tensor::try_to_vec`].
+    fn save(&self, path: impl AsRef<Path>) -> Result<()>
+    where
+        Self: Sized,
+    {
+        let params = self.parameters();
+        let tensors: Vec<(&str, &Tensor)> = params.iter().map(|(n, v)| (n.as_str(), &**v)).collect();
+        crate::safetensors::save(path, &tensors)
+    }
+
+    /// Replaces every parameter's value with the tensor of its name in the safetensors file at `path`, in one
+    /// upload. All of it is checked before any parameter changes: on an error the module is as it was.
+    ///
+    /// # Errors
+    /// [`Error::Io`](crate::Error::Io) when the file cannot be read, [`Error::Corrupt`](crate::Error::Corrupt)
+    /// when it is not a valid safetensors file, [`Error::MissingTensor`](crate::Error::MissingTensor) for a
+    /// parameter the file lacks, [`Error::UnexpectedTensor`](crate::Error::UnexpectedTensor) for a tensor no
+    /// parameter is named after (as PyTorch's strict `load_state_dict`), and
+    /// [`Error::TensorMismatch`](crate::Error::TensorMismatch) for a tensor of another shape or dtype than its
+    /// parameter.
+    fn load(&self, path: impl AsRef<Path>) -> Result<()>
+    where
+        Self: Sized,
+    {
+        crate::safetensors::load_into(path.as_ref(), &self.parameters())
+    }
 }
 
-/// A boxed module is a module, so generic code taking `impl Module` takes a `Box<dyn Module>` too.
+/// A boxed module is a module: a `Box<dyn Module>` can be saved and loaded, and passed where `impl Module` is
+/// taken.
 impl Module for Box<dyn Module> {
     fn forward(&self, x: &Tensor) -> Tensor {
         (**self).forward(x)
