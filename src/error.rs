@@ -57,6 +57,59 @@ pub enum Error {
         /// The extent of the axis it indexes.
         size: usize,
     },
+    /// A bad setting of a layer or an optimizer (a learning rate below 0, a probability outside `[0, 1)`).
+    #[error("lazor: {op}: {message}")]
+    Config {
+        /// The constructor, as users call it.
+        op: &'static str,
+        /// What is wrong, naming the setting and its value.
+        message: String,
+    },
+    /// A file that could not be read or written; `path` names it and `message` says why (the system's words).
+    #[error("lazor: {path}: {message}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A file that is not a valid safetensors file: truncated, damaged, or something else altogether.
+    #[error("lazor: {path}: not a valid safetensors file: {message}")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A parameter the checkpoint holds no tensor for.
+    #[error("lazor: {path}: no tensor named `{name}` for the parameter of that name")]
+    MissingTensor {
+        /// The checkpoint.
+        path: String,
+        /// The parameter's name.
+        name: String,
+    },
+    /// A tensor of the checkpoint that no parameter is named after (loading is strict, as PyTorch's default
+    /// `load_state_dict`).
+    #[error("lazor: {path}: tensor `{name}` matches no parameter of the module")]
+    UnexpectedTensor {
+        /// The checkpoint.
+        path: String,
+        /// The tensor's name.
+        name: String,
+    },
+    /// A checkpoint tensor whose shape or dtype differs from its parameter's.
+    #[error("lazor: {path}: tensor `{name}` is {found}, but its parameter is {expected}")]
+    TensorMismatch {
+        /// The checkpoint.
+        path: String,
+        /// The tensor's and the parameter's name.
+        name: String,
+        /// The parameter's dtype and shape (`f32 [10, 784]`).
+        expected: String,
+        /// The tensor's dtype and shape in the file.
+        found: String,
+    },
     /// Operands that live on two different devices.
     #[error("lazor: {op}: operands live on different devices")]
     DeviceMismatch {

@@ -42,6 +42,7 @@ pub mod nn;
 #[doc(hidden)]
 pub mod op;
 mod ops;
+pub mod optim;
 mod profile;
 mod random;
 mod read;
@@ -49,6 +50,7 @@ mod realize;
 mod reductions;
 #[doc(hidden)]
 pub mod reference;
+pub mod safetensors;
 mod schedule;
 mod segments;
 mod shape;

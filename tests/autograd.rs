@@ -622,6 +622,14 @@ fn a_var_takes_over_its_only_handle_and_copies_a_shared_one() {
         assert_eq!((shared.to_vec(), v.to_vec(), w.to_vec()), (vec![3.0, 4.0], vec![6.0, 8.0], vec![1.0, 2.0]));
         let lazy = Var::new(Tensor::ones_on([3], &dev) * 5.0);
         assert_eq!(lazy.to_vec(), vec![5.0; 3]);
+        // Setting a realized value with one handle moves its buffer in: no realize, no copy.
+        let next = Tensor::ones_on([3], &dev) * 7.0;
+        next.realize().unwrap();
+        let before = dev.stats();
+        lazy.set(next);
+        let after = dev.stats();
+        assert_eq!((after.realizes, after.dispatches), (before.realizes, before.dispatches), "{}", dev.name());
+        assert_eq!(lazy.to_vec(), vec![7.0; 3]);
     }
 }
 

@@ -44,6 +44,35 @@ impl Grads {
         self.entries.iter().map(|(v, _)| v.clone()).collect()
     }
 
+    /// Adds `other`'s gradients to these, lazily: a `Var` in both gets the sum, a `Var` only in `other` its
+    /// gradient. Summing the gradients of micro-batches this way and stepping once is a step on the whole batch
+    /// (with losses that are sums; scale means by the micro-batch's share). Nothing runs: the sums fuse into
+    /// whatever realizes them.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lazor::{Tensor, Var};
+    /// let w = Var::new(Tensor::from_vec(vec![1.0f32, 2.0], [2]));
+    /// let mut grads = (w.tensor() * 2.0).sum_all().backward();
+    /// grads.accumulate(&(w.tensor() * 3.0).sum_all().backward());
+    /// assert_eq!(grads[&w].to_vec(), vec![5.0, 5.0]);
+    /// ```
+    pub fn accumulate(&mut self, other: &Grads) {
+        crate::no_grad(|| {
+            for (var, g) in &other.entries {
+                match self.entries.iter_mut().find(|(v, _)| v == var) {
+                    Some((_, mine)) => *mine = &*mine + g,
+                    None => self.entries.push((var.clone(), g.clone())),
+                }
+            }
+        })
+    }
+
+    /// Each `Var` with its gradient, in the order the backward pass reached them.
+    pub fn iter(&self) -> impl Iterator<Item = (&Var, &Tensor)> {
+        self.entries.iter().map(|(v, g)| (v, g))
+    }
+
     /// Computes every gradient in one realize per device (at most one submit).
     ///
     /// # Errors

@@ -69,8 +69,9 @@ impl Var {
         self.inner.value.clone()
     }
 
-    /// Replaces the value with `value` (computed now if lazy). The old value's buffer goes back to the pool when
-    /// nothing else reads it, so a training loop reuses the same buffers step after step.
+    /// Replaces the value with `value` (computed now if lazy). When `value` is the only handle on its node, its
+    /// buffer becomes the `Var`'s, with no copy; the old value's buffer goes back to the pool when nothing else
+    /// reads it, so a training loop reuses the same buffers step after step.
     ///
     /// # Panics
     /// At the caller, naming both, when `value`'s shape or dtype differs from the `Var`'s; on a device failure.
@@ -89,11 +90,16 @@ impl Var {
         let own = &self.inner.value;
         super::same_kind("set", ("the new value", &value), ("the Var's shape and dtype", own))?;
         own.device.check_same(&value.device, "set")?;
-        let value = value.detach();
+        // The one handle on the new value, so that its buffer moves into the Var rather than being copied.
+        let mut value = value;
+        value.tape = None;
         if value.id == own.id {
             return Ok(());
         }
-        value.realize()?;
+        // An optimizer realizes every new value in one realize first; `set` then only moves them in.
+        if !value.is_realized() {
+            value.realize()?;
+        }
         let copied = {
             let mut state = own.device.state();
             let mut freed = Vec::new();

@@ -305,15 +305,20 @@ pub(super) fn group(
                     && bindings_fit(grp, &deps, g, &group_of, opts.max_bindings)
                     && grp.ops + ops <= opts.max_ops;
             }
-            // A fold or product starts its own kernel; its epilogue takes only members that read it. A product's
-            // may also take a member of another shape with as many elements that reads it at its own row-major
-            // index (through a reshape, below): `conv2d`'s `[N, O, OH OW]` product with its bias, seen as
-            // `[N, O, OH, OW]`, then an activation.
+            // A fold or product starts its own kernel; its epilogue takes only members that read it, or that read
+            // another member at its own index (an optimizer's new parameter from the new moments a bias
+            // gradient's fold computes in its epilogue). A product's may also take a member of another shape with
+            // as many elements that reads it at its own row-major index (through a reshape, below): `conv2d`'s
+            // `[N, O, OH OW]` product with its bias, seen as `[N, O, OH, OW]`, then an activation.
             let reshaped_product = grp.head.is_some_and(|h| matches!(graph.node(h).op, Op::Matmul(..)))
                 && grp.shape.numel() == shape.numel();
+            let reads_group = |grp: &Group| {
+                deps.iter().any(|d| group_of.get(d) == Some(&g) && !strided.contains(d))
+                    || grp.head.is_some_and(|r| deps.contains(&r))
+            };
             if is_head
                 || (squeezed(&grp.shape) != squeezed(shape) && !reshaped_product)
-                || grp.head.is_some_and(|r| !deps.contains(&r))
+                || (grp.head.is_some() && !reads_group(grp))
             {
                 return false;
             }

@@ -506,6 +506,23 @@ mod tests {
     }
 
     #[test]
+    fn an_epilogue_member_may_read_another_member_at_its_own_index() {
+        // A bias's optimizer step: the gradient's fold, the new moment in its epilogue, and the new parameter
+        // reading the moment (not the fold): one kernel.
+        let mut g = Graph::default();
+        let d = data(&mut g, &[64, 32]);
+        let grad = fold(&mut g, crate::op::ReduceOp::Sum, d, 0);
+        let m = data(&mut g, &[1, 32]);
+        let p = data(&mut g, &[1, 32]);
+        let new_m = bin(&mut g, BinaryOp::Add, m, grad);
+        let step = un(&mut g, UnaryOp::Sqrt, new_m);
+        let new_p = bin(&mut g, BinaryOp::Sub, p, step);
+        let pl = plan(&g, &[new_m, new_p], &FUSE);
+        assert_eq!(pl.kernels.len(), 1);
+        assert_eq!(pl.kernels[0].outputs.len(), 2);
+    }
+
+    #[test]
     fn rows_kernels_step_by_vectors_where_the_row_allows() {
         let softmax = |cols: usize| {
             let mut g = Graph::default();

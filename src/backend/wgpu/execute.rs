@@ -77,12 +77,13 @@ impl WgpuBackend {
         }
         // `queue.write_buffer` lands before the next submit's commands, so it would overtake held-back realizes
         // that read the buffer it overwrites. Uploads may go into a pooled buffer such a realize released: those
-        // realizes go first. A new parameter block goes into a new buffer instead of reusing one while any are held.
+        // realizes go first. A new parameter block goes into a buffer no held-back realize binds (`Params::get`).
         let uploads = job.buffers.iter().any(|b| matches!(b.data, Data::Upload(_)));
         if uploads {
             self.flush(st);
         }
-        let reuse = st.batch.is_none();
+        // Dispatches are numbered from 1; the open batch (or the one this job opens) holds those from `first` on.
+        let first = st.batch.as_ref().map_or(st.recorded + 1, |b| b.first);
 
         // Buffers of the job: existing ones by key, uploads written now (they land with the next submit), fresh
         // ones taken from the pool when their kernel runs.
@@ -102,7 +103,8 @@ impl WgpuBackend {
             });
         }
         let param_buf = (!params.is_empty()).then(|| {
-            let (buffer, dropped) = st.params.get(&gpu.device, &gpu.queue, &params, reuse, stats);
+            let last = st.recorded + job.kernels.len() as u64;
+            let (buffer, dropped) = st.params.get(&gpu.device, &gpu.queue, &params, first - 1, last, stats);
             if let Some(dropped) = dropped {
                 st.bind_groups.forget(&dropped);
             }
@@ -115,8 +117,6 @@ impl WgpuBackend {
         // held-back realizes of other calls.
         let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
         let mut dispatches = Vec::with_capacity(job.kernels.len());
-        // Dispatches are numbered from 1; the open batch (or the one this job opens) holds those from `first` on.
-        let first = st.batch.as_ref().map_or(st.recorded + 1, |b| b.first);
         for (n, kernel) in job.kernels.iter().enumerate() {
             let number = st.recorded + 1 + n as u64;
             let waits = kernel.inputs.iter().any(|&(slot, _)| keys[slot].is_some_and(|k| st.pool.written(k) >= first));

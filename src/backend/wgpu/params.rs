@@ -10,41 +10,52 @@ use crate::stats::Stats;
 /// Blocks kept; past this the least recently used is dropped.
 const MAX_BLOCKS: usize = 64;
 
-/// Cached parameter buffers, written once and never again.
+/// A cached block: its buffer, when it was last asked for, and the last dispatch that binds it.
+struct Block {
+    buffer: wgpu::Buffer,
+    used: u64,
+    last_dispatch: u64,
+}
+
+/// Cached parameter buffers, each holding one block of words while it is cached.
 #[derive(Default)]
 pub struct Params {
-    blocks: FastMap<Vec<u32>, (wgpu::Buffer, u64)>,
+    blocks: FastMap<Vec<u32>, Block>,
     clock: u64,
 }
 
 impl Params {
-    /// A buffer holding `words`, and a cached buffer dropped to make room, if any (bind groups holding it may go).
-    /// A new block is written with `queue.write_buffer`, which lands before the next submit's kernels; with
-    /// `reuse` it goes into the least recently used block's buffer when that is large enough (the queue orders the
-    /// write after the kernels already submitted that read it, so the caller passes `false` while kernels that may
-    /// read it are recorded and not yet submitted).
+    /// A buffer holding `words` for the dispatches up to `last_dispatch`, and a cached buffer dropped to make room,
+    /// if any (bind groups holding it may go). A new block is written with `queue.write_buffer`, which lands
+    /// before the next submit's kernels; it goes into the least recently used block's buffer when that is large
+    /// enough and no dispatch after `settled` (the last one submitted) binds it: the queue orders the write after
+    /// the submitted kernels that read the old words, while a kernel recorded and not yet submitted would see the
+    /// new ones. So a loop whose constants change every step (an optimizer's bias corrections) reuses the same
+    /// buffers even while its realizes are batched.
     pub fn get(
         &mut self,
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         words: &[u32],
-        reuse: bool,
+        settled: u64,
+        last_dispatch: u64,
         stats: &mut Stats,
     ) -> (wgpu::Buffer, Option<wgpu::Buffer>) {
         self.clock += 1;
-        if let Some((buffer, used)) = self.blocks.get_mut(words) {
-            *used = self.clock;
-            return (buffer.clone(), None);
+        if let Some(block) = self.blocks.get_mut(words) {
+            block.used = self.clock;
+            block.last_dispatch = block.last_dispatch.max(last_dispatch);
+            return (block.buffer.clone(), None);
         }
         let size = (words.len() as u64 * 4).next_multiple_of(16);
         let mut spare = None;
         if self.blocks.len() >= MAX_BLOCKS {
-            let oldest = self.blocks.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone());
-            spare = oldest.and_then(|k| self.blocks.remove(&k)).map(|(buffer, _)| buffer);
+            let oldest = self.blocks.iter().min_by_key(|(_, b)| b.used).map(|(k, _)| k.clone());
+            spare = oldest.and_then(|k| self.blocks.remove(&k));
         }
         stats.param_uploads += 1;
         let (buffer, dropped) = match spare {
-            Some(b) if reuse && b.size() >= size => (b, None),
+            Some(b) if b.last_dispatch <= settled && b.buffer.size() >= size => (b.buffer, None),
             dropped => {
                 stats.buffers_allocated += 1;
                 let buffer = device.create_buffer(&wgpu::BufferDescriptor {
@@ -54,11 +65,12 @@ impl Params {
                     mapped_at_creation: false,
                 });
                 // Dropped, not destroyed: submitted kernels may still read it; wgpu frees it after them.
-                (buffer, dropped)
+                (buffer, dropped.map(|b| b.buffer))
             }
         };
         queue.write_buffer(&buffer, 0, bytemuck::cast_slice(words));
-        self.blocks.insert(words.to_vec(), (buffer.clone(), self.clock));
+        let block = Block { buffer: buffer.clone(), used: self.clock, last_dispatch };
+        self.blocks.insert(words.to_vec(), block);
         (buffer, dropped)
     }
 

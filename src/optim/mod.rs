@@ -1,0 +1,235 @@
+//! Optimizers, as `torch.optim`: [`Sgd`] and [`AdamW`], each step one realize.
+//!
+//! A step builds every parameter's update as lazy tensor code over its gradient, its value and its optimizer
+//! states, then realizes all the new values and states together (with the loss, through `step_with`), so the
+//! forward pass, the backward pass and the update are one realize and one submit. Each parameter's update is
+//! elementwise over the parameter's shape, so the scheduler fuses it, new value and new states, into one kernel,
+//! or into the epilogue of the kernel that computes the gradient. The learning rate and the step's bias
+//! corrections are graph constants, which kernels read as parameters: a schedule that changes them every step
+//! compiles nothing and reuses its plan.
+//!
+//! ```no_run
+//! use lazor::nn::{self, Module};
+//! use lazor::optim::{AdamW, AdamWConfig};
+//! use lazor::Tensor;
+//! let model = nn::Linear::new(4, 1, true, 0);
+//! let mut opt = AdamW::new(&model.vars(), AdamWConfig { lr: 1e-2, ..Default::default() });
+//! let (x, y) = (Tensor::rand([32, 4], 1), Tensor::rand([32, 1], 2));
+//! for step in 0..100 {
+//!     let loss = model.forward(&x).mse_loss(&y);
+//!     let grads = loss.backward();
+//!     opt.set_lr(1e-2 * (1.0 - step as f32 / 100.0)); // a schedule: nothing new compiled or planned
+//!     opt.step_with(&grads, &[&loss]); // forward, backward and update: one realize
+//!     if step % 10 == 0 {
+//!         println!("{}", loss.to_scalar());
+//!     }
+//! }
+//! ```
+
+mod adamw;
+mod sgd;
+
+pub use adamw::{AdamW, AdamWConfig};
+pub use sgd::{Sgd, SgdConfig};
+
+use crate::autograd::{same_kind, Grads, Var};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::ok;
+use crate::tensor::Tensor;
+
+/// An optimizer's update rule: its settings, and the lazy update of one parameter. [`Sgd`] and [`AdamW`] are
+/// [`Optimizer`]s of [`SgdConfig`] and [`AdamWConfig`]; a rule of one's own makes an optimizer that steps the same
+/// way (one realize, fused updates, graph constants).
+pub trait UpdateRule: Copy {
+    /// The optimizer's name in errors (`"AdamW"`).
+    const NAME: &'static str;
+
+    /// Fails when a setting is out of range, naming it.
+    ///
+    /// # Errors
+    /// [`Error::Config`].
+    fn check(&self) -> Result<()>;
+
+    /// How many tensors of state the rule keeps per parameter (f32 zeros of the parameter's shape to start).
+    fn states(&self) -> usize;
+
+    /// The learning rate.
+    fn lr(&self) -> f32;
+
+    /// Sets the learning rate.
+    fn set_lr(&mut self, lr: f32);
+
+    /// The new value of a parameter (`p`, widened to f32) and of its states, given its gradient `g` (f32) and
+    /// the step's number `t` for this parameter (1 at its first step), as lazy f32 tensors. Whatever changes from
+    /// step to step (the learning rate, bias corrections) must enter as [`Tensor::scalar_on`] constants, so that
+    /// steps share one plan and compile nothing.
+    fn update(&self, t: u64, p: Tensor, g: Tensor, states: &[Tensor]) -> (Tensor, Vec<Tensor>);
+}
+
+/// An optimizer of some parameters under the update rule `R`: [`Sgd`] and [`AdamW`].
+///
+/// A step builds every parameter's update lazily and realizes all the new values and states at once, with the
+/// loss when given through [`Optimizer::step_with`]: forward, backward and update are one realize and one
+/// submit. Parameters without a gradient are left alone, as PyTorch skips a parameter whose `.grad` is `None`.
+pub struct Optimizer<R: UpdateRule> {
+    params: Vec<Var>,
+    config: R,
+    /// Each parameter's states, in the rule's order.
+    states: Vec<Vec<Tensor>>,
+    /// Steps each parameter has taken.
+    steps: Vec<u64>,
+}
+
+impl<R: UpdateRule> Optimizer<R> {
+    /// An optimizer of `params` (clones of the `Var`s: it updates the caller's parameters) with the settings
+    /// `config`; its states start at zero.
+    ///
+    /// # Panics
+    /// At the caller when a setting is out of range (see each rule's settings), or on a device failure
+    /// allocating the states; [`Optimizer::try_new`] returns the error instead.
+    #[track_caller]
+    pub fn new(params: &[Var], config: R) -> Optimizer<R> {
+        ok(Optimizer::try_new(params, config))
+    }
+
+    /// [`Optimizer::new`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a setting out of range; device failures as [`Tensor::realize`].
+    pub fn try_new(params: &[Var], config: R) -> Result<Optimizer<R>> {
+        config.check()?;
+        // Zeros of each parameter's shape, realized in one realize per device.
+        let states: Vec<Vec<Tensor>> = params
+            .iter()
+            .map(|p| (0..config.states()).map(|_| Tensor::zeros_on(p.shape(), p.device()).contiguous()).collect())
+            .collect();
+        crate::tensor::realize(&states.iter().flatten().collect::<Vec<_>>())?;
+        Ok(Optimizer { params: params.to_vec(), config, states, steps: vec![0; params.len()] })
+    }
+
+    /// Updates every parameter that has a gradient in `grads`, realizing the new values and states in one
+    /// realize.
+    ///
+    /// # Panics
+    /// On a device failure, or when a gradient's shape or dtype differs from its parameter's;
+    /// [`Optimizer::try_step`] returns the error instead.
+    #[track_caller]
+    pub fn step(&mut self, grads: &Grads) {
+        ok(self.try_step_with(grads, &[]))
+    }
+
+    /// [`Optimizer::step`], also realizing `also` (the loss, metrics) in the same realize: forward, backward and
+    /// update in one realize and one submit.
+    ///
+    /// # Panics
+    /// As [`Optimizer::step`]; [`Optimizer::try_step_with`] returns the error instead.
+    #[track_caller]
+    pub fn step_with(&mut self, grads: &Grads, also: &[&Tensor]) {
+        ok(self.try_step_with(grads, also))
+    }
+
+    /// [`Optimizer::step`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// As [`Optimizer::try_step_with`].
+    pub fn try_step(&mut self, grads: &Grads) -> Result<()> {
+        self.try_step_with(grads, &[])
+    }
+
+    /// [`Optimizer::step_with`], returning an error instead of panicking. On an error no parameter has changed,
+    /// unless the device failed while the new values were being moved in.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when a gradient's shape or dtype differs from its parameter's; device failures
+    /// as [`Tensor::realize`].
+    pub fn try_step_with(&mut self, grads: &Grads, also: &[&Tensor]) -> Result<()> {
+        let op = R::NAME;
+        let mut found = Vec::new();
+        for (i, p) in self.params.iter().enumerate() {
+            if let Some(g) = grads.get(p) {
+                same_kind(op, ("the gradient", &g), ("its parameter's shape and dtype", p))?;
+                found.push((i, g.detach()));
+            }
+        }
+        let next: Vec<(usize, Tensor, Vec<Tensor>)> = crate::no_grad(|| {
+            found
+                .into_iter()
+                .map(|(i, g)| {
+                    let p = &self.params[i];
+                    let (value, states) =
+                        self.config.update(self.steps[i] + 1, widened(&p.detach()), widened(&g), &self.states[i]);
+                    (i, value.to_dtype(p.dtype()), states)
+                })
+                .collect()
+        });
+        let mut all: Vec<&Tensor> = also.to_vec();
+        for (_, value, states) in &next {
+            all.push(value);
+            all.extend(states);
+        }
+        crate::tensor::realize(&all)?;
+        for (i, value, states) in next {
+            // The realized value's buffer becomes the parameter's: no copy.
+            self.params[i].try_set(value)?;
+            self.states[i] = states;
+            self.steps[i] += 1;
+        }
+        Ok(())
+    }
+
+    /// Sets the learning rate for the next steps. Nothing is compiled or planned anew: the rate is a constant of
+    /// the step's graph.
+    pub fn set_lr(&mut self, lr: f32) {
+        self.config.set_lr(lr);
+    }
+
+    /// The learning rate.
+    pub fn lr(&self) -> f32 {
+        self.config.lr()
+    }
+
+    /// The settings.
+    pub fn config(&self) -> R {
+        self.config
+    }
+
+    /// The parameters it updates.
+    pub fn params(&self) -> &[Var] {
+        &self.params
+    }
+
+    /// Steps taken by each parameter, in the order of [`Optimizer::params`].
+    pub fn steps(&self) -> &[u64] {
+        &self.steps
+    }
+
+    /// The states of parameter `i` (by place in [`Optimizer::params`]), in the rule's order: `[momentum]` for
+    /// [`Sgd`] with momentum, `[m, v]` for [`AdamW`].
+    ///
+    /// # Panics
+    /// If `i` is not the place of a parameter.
+    #[track_caller]
+    pub fn states(&self, i: usize) -> &[Tensor] {
+        &self.states[i]
+    }
+}
+
+/// `value` as a scalar f32 constant on `like`'s device: a graph constant, which kernels read from their
+/// parameters, so a new value (a learning rate, a bias correction) compiles nothing and reuses the plan.
+pub(crate) fn constant(like: &Tensor, value: f64) -> Tensor {
+    Tensor::scalar_on(value as f32, like.device())
+}
+
+/// `value` computed in f32 (half-precision parameters and gradients are widened; their states are kept in f32).
+fn widened(value: &Tensor) -> Tensor {
+    value.to_dtype(DType::F32)
+}
+
+/// Fails unless `value` is at least 0 (NaN fails too).
+pub(crate) fn non_negative(op: &'static str, what: &str, value: f32) -> Result<()> {
+    if value >= 0.0 {
+        return Ok(());
+    }
+    Err(Error::Config { op, message: format!("{what} = {value} must be at least 0") })
+}
