@@ -235,3 +235,25 @@ fn dropout_rejects_a_bad_probability() {
     let msg = e.downcast_ref::<String>().unwrap();
     assert!(msg.contains("Dropout::new: the probability p = 1.5 is not in [0, 1)"), "{msg}");
 }
+
+#[test]
+fn conv2d_layer_is_initialised_as_pytorch_and_convolves_with_its_bias() {
+    let mut first: Option<Vec<f32>> = None;
+    for dev in devices() {
+        let conv = nn::Conv2d::new_on(4, 6, (3, 2), (2, 1), (1, 0), 9, &dev);
+        assert_eq!(names(&conv), ["weight", "bias"]);
+        assert_eq!((conv.weight.shape(), conv.bias.shape()), (&[6, 4, 3, 2][..], &[6][..]));
+        let w = conv.weight.to_vec();
+        let bound = 1.0 / (24f32).sqrt();
+        assert!(w.iter().chain(&conv.bias.to_vec()).all(|v| (-bound..bound).contains(v)), "{}", dev.name());
+        match &first {
+            None => first = Some(w.clone()),
+            Some(w0) => assert_eq!(&w, w0, "{}: the same weights on every backend", dev.name()),
+        }
+        let x = Tensor::rand_on([2, 4, 7, 5], 3, &dev);
+        let y = conv.forward(&x);
+        assert_eq!(y.shape(), &[2, 6, 4, 4]);
+        let want = x.conv2d(&conv.weight, Some(&conv.bias), (2, 1), (1, 0));
+        assert_close(&y.to_vec(), &want.to_vec(), 0.0, 0.0, "Conv2d::forward is conv2d with its settings");
+    }
+}

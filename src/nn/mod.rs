@@ -20,6 +20,7 @@
 //! ```
 
 mod clip;
+mod conv;
 mod dropout;
 mod embedding;
 pub mod functional;
@@ -30,6 +31,7 @@ mod module;
 mod sequential;
 
 pub use clip::clip_grad_norm;
+pub use conv::Conv2d;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use functional::{gelu, relu, sigmoid, silu, tanh};
