@@ -247,6 +247,12 @@ impl Graph {
         !stolen
     }
 
+    /// Forgets the buffer of leaf `id`, which now holds another node's value (see `Kernel::aliases`): the leaf is
+    /// about to die, and must not free it.
+    pub fn take_buffer(&mut self, id: NodeId) {
+        self.nodes[id].buffer = None;
+    }
+
     /// Takes one more reference on `id` (a cloned handle).
     pub fn retain(&mut self, id: NodeId) {
         self.nodes[id].refs += 1;

@@ -280,6 +280,11 @@ pub struct Kernel {
     pub tiles: Vec<(usize, usize)>,
     /// The phases of a [`Kind::Rows`] kernel (empty for other kinds).
     pub phases: Vec<Phase>,
+    /// Outputs stored into an input's buffer, as (input, output) pairs: the input's value dies with this kernel,
+    /// which reads it only at its own index before storing (an optimizer state replaced by its update). Backends
+    /// bind the buffer once, as the output, and read the input from there (the CPU backend writes a new buffer
+    /// and lets the input's go).
+    pub aliases: Vec<(usize, usize)>,
     /// Graph ops this kernel computes, for debugging output.
     pub fused_ops: usize,
 }

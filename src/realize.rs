@@ -161,6 +161,7 @@ impl Engine {
                             _ => unreachable!("uploads are data"),
                         },
                         Source::Kernel | Source::Scratch => Data::Fresh,
+                        Source::Alias(donor) => Data::Alias(donor),
                     },
                 })
                 .collect()
@@ -169,7 +170,7 @@ impl Engine {
         let keep: Vec<usize> = (0..plan.slots.len())
             .filter(|&s| match plan.slots[s].source {
                 Source::Upload => true,
-                Source::Kernel => plan.outputs.contains(&plan.slots[s].node),
+                Source::Kernel | Source::Alias(_) => plan.outputs.contains(&plan.slots[s].node),
                 Source::Existing(_) | Source::Scratch => false,
             })
             .collect();
@@ -198,6 +199,12 @@ impl Engine {
             }
         }
 
+        // A buffer an output was stored into is the output's now: the input it held dies without freeing it.
+        for slot in &plan.slots {
+            if let Source::Alias(donor) = slot.source {
+                graph.take_buffer(plan.slots[donor].node);
+            }
+        }
         // Uploads first: realizing an output may free data that only it needed, buffer included.
         let mut kept: Vec<(usize, BufferKey)> = keep.iter().copied().zip(done.kept).collect();
         kept.sort_by_key(|&(slot, _)| plan.slots[slot].source != Source::Upload);

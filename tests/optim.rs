@@ -305,6 +305,44 @@ fn an_adamw_step_adds_at_most_one_dispatch_per_parameter_to_the_backward() {
 }
 
 #[test]
+fn states_are_updated_in_their_own_buffers() {
+    // One 1 MiB parameter, its two 1 MiB moments and a 1 MiB input: 4 MiB live before the step. The step needs
+    // only the new parameter's buffer: the moments' new values go where the old ones were.
+    const MIB: u64 = 1 << 20;
+    for dev in devices() {
+        let w = Var::new(Tensor::rand_on([512, 512], 1, &dev));
+        let mut opt = AdamW::new(std::slice::from_ref(&w), AdamWConfig::default());
+        let c = Tensor::rand_on([512, 512], 2, &dev);
+        c.realize().unwrap();
+        let (m, v) = (opt.states(0)[0].clone(), opt.states(0)[1].clone());
+        for step in 0..3 {
+            let grads = (w.tensor() * &c).sum_all().backward();
+            dev.synchronize().unwrap();
+            let before = dev.stats();
+            opt.step(&grads);
+            drop(grads);
+            dev.synchronize().unwrap();
+            let after = dev.stats();
+            let grown = after.peak_buffer_bytes.saturating_sub(before.live_buffer_bytes.max(before.peak_buffer_bytes));
+            // Not the first step: the test holds the first states (zeros), which must stay as they are.
+            if step > 0 {
+                let bound = if dev.is_cpu() { 3 * MIB } else { MIB };
+                assert!(grown <= bound, "{}: step {step} grew the peak by {grown} bytes", dev.name());
+                assert!(
+                    after.live_buffer_bytes <= before.live_buffer_bytes,
+                    "{}: step {step}: {} live bytes, {} before",
+                    dev.name(),
+                    after.live_buffer_bytes,
+                    before.live_buffer_bytes
+                );
+            }
+        }
+        // The held zeros stayed zeros.
+        assert!(m.to_vec().iter().chain(&v.to_vec()).all(|&x| x == 0.0), "{}", dev.name());
+    }
+}
+
+#[test]
 fn a_learning_rate_schedule_compiles_and_plans_nothing() {
     for dev in devices() {
         let mlp = Mlp::new(&dev, [8, 16, 16, 4]);

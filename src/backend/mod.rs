@@ -24,6 +24,10 @@ pub(crate) enum Data<'a> {
     Upload(&'a [u32]),
     /// A new buffer, written by a kernel of the job.
     Fresh,
+    /// Written by a kernel of the job into the buffer of job buffer `.0` (an existing buffer the kernel reads and
+    /// that dies with it, see `Kernel::aliases`); the backend then owns that buffer as this one's, and the graph
+    /// forgets it as the input's. A backend may write a new buffer instead and release the input's.
+    Alias(usize),
 }
 
 /// One buffer of a job.

@@ -73,11 +73,19 @@ impl Emitter<'_> {
         self.k.inputs[n].1 && self.storage(self.k.in_types[n]) == Storage::Word
     }
 
+    /// The array input `n` is read from: its own binding, or the output stored into its buffer.
+    fn array(&self, n: usize) -> String {
+        match self.k.aliases.iter().find(|a| a.0 == n) {
+            Some(&(_, o)) => format!("o{o}"),
+            None => format!("i{n}"),
+        }
+    }
+
     /// Element `e` (a `u32` expression) of input `n`, as a lane.
     pub fn elem(&mut self, n: usize, e: &str) -> String {
         let dt = self.k.in_types[n];
         match self.storage(dt) {
-            Storage::Word => format!("i{n}[{e}]"),
+            Storage::Word => format!("{}[{e}]", self.array(n)),
             Storage::Half => format!("f32(i{n}[{e}])"),
             Storage::Packed { .. } => format!("ld{n}({e})"),
         }
@@ -182,7 +190,7 @@ impl Emitter<'_> {
         if !self.wide {
             self.elem(input, "i")
         } else if self.vector_input(input) {
-            format!("i{input}[i]")
+            format!("{}[i]", self.array(input))
         } else {
             self.elem4(input, "i")
         }
@@ -452,7 +460,10 @@ impl<'a> Emitter<'a> {
                     "u32"
                 }
             };
-            e.b.buffer(1 + k.outputs.len() + n, &format!("i{n}"), elem, false);
+            // An input stored into is read from its output's binding (one buffer may not be bound twice).
+            if !k.aliases.iter().any(|a| a.0 == n) {
+                e.b.buffer(1 + k.outputs.len() + n, &format!("i{n}"), elem, false);
+            }
         }
         if k.in_types.iter().chain(&k.out_types).any(|&dt| e.storage(dt) == Storage::Half) {
             e.b.enable_f16();

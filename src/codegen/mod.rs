@@ -262,6 +262,7 @@ pub struct Key {
     width: usize,
     tiles: Vec<(usize, usize)>,
     phases: Vec<crate::kernel::Phase>,
+    aliases: Vec<(usize, usize)>,
     target: Target,
 }
 
@@ -286,6 +287,7 @@ impl Key {
             width,
             tiles,
             phases,
+            aliases,
             fused_ops: _,
         } = kernel;
         Key {
@@ -303,6 +305,7 @@ impl Key {
             width: *width,
             tiles: tiles.clone(),
             phases: phases.clone(),
+            aliases: aliases.clone(),
             target: *target,
         }
     }

@@ -4,9 +4,10 @@
 //! states, then realizes all the new values and states together (with the loss, through `step_with`), so the
 //! forward pass, the backward pass and the update are one realize and one submit. Each parameter's update is
 //! elementwise over the parameter's shape, so the scheduler fuses it, new value and new states, into one kernel,
-//! or into the epilogue of the kernel that computes the gradient. The learning rate and the step's bias
-//! corrections are graph constants, which kernels read as parameters: a schedule that changes them every step
-//! compiles nothing and reuses its plan.
+//! or into the epilogue of the kernel that computes the gradient, and the new states are stored into the old
+//! states' buffers (nothing else holds those). The learning rate and the step's bias corrections are graph
+//! constants, which kernels read as parameters: a schedule that changes them every step compiles nothing and
+//! reuses its plan.
 //!
 //! ```no_run
 //! use lazor::nn::{self, Module};
@@ -163,12 +164,24 @@ impl<R: UpdateRule> Optimizer<R> {
                 })
                 .collect()
         });
+        // The old states die with this step: without a handle on them, each update stores its new states into
+        // their buffers (`Kernel::aliases`). Their nodes live on in the update until the realize; should it fail,
+        // they get their handles back.
+        let old: Vec<(usize, Vec<Tensor>)> =
+            next.iter().map(|n| (n.0, std::mem::take(&mut self.states[n.0]))).collect();
+        let held: Vec<(usize, Vec<Detached>)> =
+            old.into_iter().map(|(i, states)| (i, states.into_iter().map(Detached::from).collect())).collect();
         let mut all: Vec<&Tensor> = also.to_vec();
         for (_, value, states) in &next {
             all.push(value);
             all.extend(states);
         }
-        crate::tensor::realize(&all)?;
+        if let Err(e) = crate::tensor::realize(&all) {
+            for (i, states) in held {
+                self.states[i] = states.into_iter().map(Detached::handle).collect();
+            }
+            return Err(e);
+        }
         for (i, value, states) in next {
             // The realized value's buffer becomes the parameter's: no copy.
             self.params[i].try_set(value)?;
@@ -212,6 +225,34 @@ impl<R: UpdateRule> Optimizer<R> {
     #[track_caller]
     pub fn states(&self, i: usize) -> &[Tensor] {
         &self.states[i]
+    }
+}
+
+/// A tensor whose handle was let go while its node lives on (read by a lazy update): enough to hand out a handle
+/// again while that node lives.
+struct Detached {
+    device: crate::device::Device,
+    id: crate::graph::NodeId,
+    shape: crate::shape::Shape,
+    dtype: DType,
+}
+
+impl Detached {
+    /// `t`'s node, its handle dropped.
+    fn from(t: Tensor) -> Detached {
+        Detached { device: t.device.clone(), id: t.id, shape: t.shape.clone(), dtype: t.dtype }
+    }
+
+    /// A handle on the node again; zeros if the node is gone (a state the rule did not read).
+    fn handle(self) -> Tensor {
+        let mut state = self.device.state();
+        if !state.graph.contains(self.id) {
+            drop(state);
+            return Tensor::zeros_on(self.shape, &self.device);
+        }
+        state.graph.retain(self.id);
+        drop(state);
+        Tensor { id: self.id, shape: self.shape, dtype: self.dtype, device: self.device, tape: None }
     }
 }
 

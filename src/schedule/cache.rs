@@ -165,12 +165,15 @@ impl PlanCache {
             key.extend([t.bm, t.bn, t.bk, t.tm, t.tn].map(u64::from));
         }
         key.push(tiles.min_large_groups as u64);
+        // Whether a leaf's buffer may be overwritten depends on who else holds it, which the structure does not say.
+        let donors = super::donors(graph, order, &outputs.iter().copied().collect());
         for (p, &id) in order.iter().enumerate() {
             place.insert(id, p as u32);
             let node = graph.node(id);
             node.op.signature(key);
             let leaf = matches!(node.op, Op::Buffer) && node.buffer.is_some();
-            key.push((node.dtype as u64) << 32 | u64::from(leaf) << 31 | node.shape.ndim() as u64);
+            let donor = u64::from(donors.contains(&id));
+            key.push((node.dtype as u64) << 32 | u64::from(leaf) << 31 | donor << 30 | node.shape.ndim() as u64);
             key.extend(node.shape.dims().iter().map(|&d| d as u64));
             // Inputs come before their consumer in `order`, so each has its place already.
             key.extend(node.op.inputs().iter().map(|i| u64::from(place[i])));

@@ -645,6 +645,7 @@ pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
         width: 1,
         tiles: Vec::new(),
         phases: Vec::new(),
+        aliases: Vec::new(),
         fused_ops: 0,
     }
 }

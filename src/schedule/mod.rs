@@ -13,7 +13,8 @@ pub use fuse::Options;
 
 use crate::graph::{BufferKey, Graph, NodeId, Op};
 use crate::hash::{FastMap, FastSet};
-use crate::kernel::Kernel;
+use crate::kernel::{Access, Instr, Kernel};
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// Where the value of a plan slot comes from.
@@ -28,6 +29,9 @@ pub enum Source {
     /// Written and read by kernels of this plan and no node's value (partial folds); `node` is the node it helps
     /// compute.
     Scratch,
+    /// Written by a kernel of this plan into the buffer of slot `.0`, an input of that kernel whose value dies
+    /// with it (see [`Kernel::aliases`]).
+    Alias(usize),
 }
 
 /// One buffer of a plan: the node whose value it holds, its size and where the value comes from.
@@ -218,6 +222,9 @@ fn plan_ordered(graph: &Graph, unique: Vec<NodeId>, seen: &FastSet<NodeId>, orde
         }
     }
 
+    let mut kernels = kernels;
+    donate(graph, order, seen, &mut slots.slots, &mut kernels);
+
     // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.
     let mut last_use: FastMap<usize, usize> = FastMap::default();
     for (k, kernel) in kernels.iter().enumerate() {
@@ -241,6 +248,85 @@ fn plan_ordered(graph: &Graph, unique: Vec<NodeId>, seen: &FastSet<NodeId>, orde
         outputs: unique,
         empty,
         nodes: order.len(),
+    }
+}
+
+/// The leaves of `order` whose buffers a realize of `outputs` may overwrite: buffers no handle and no node outside
+/// the realize refers to, read only by nodes that let go of them once it is done (requested outputs, which become
+/// leaves, and nodes that only such nodes hold). An optimizer's old states, dropped as the step is built, are
+/// such leaves; anything a caller still holds is not.
+pub fn donors(graph: &Graph, order: &[NodeId], outputs: &FastSet<NodeId>) -> FastSet<NodeId> {
+    let mut internal: FastMap<NodeId, u32> = FastMap::default();
+    let mut readers: FastMap<NodeId, SmallVec<[NodeId; 2]>> = FastMap::default();
+    for &id in order {
+        for i in graph.node(id).op.inputs() {
+            *internal.entry(i).or_default() += 1;
+            readers.entry(i).or_default().push(id);
+        }
+    }
+    // Whether a node lets go of its inputs after the realize, decided readers first.
+    let mut drops: FastSet<NodeId> = FastSet::default();
+    let mut donors = FastSet::default();
+    for &id in order.iter().rev() {
+        let unheld = graph.refs(id) == internal.get(&id).copied().unwrap_or(0);
+        let readers_drop = readers.get(&id).is_none_or(|r| r.iter().all(|c| drops.contains(c)));
+        if outputs.contains(&id) || (unheld && readers_drop) {
+            drops.insert(id);
+        }
+        let node = graph.node(id);
+        if !outputs.contains(&id) && unheld && readers_drop && matches!(node.op, Op::Buffer) && node.buffer.is_some() {
+            donors.insert(id);
+        }
+    }
+    donors
+}
+
+/// Lets elementwise kernels store a requested output into the buffer of an input that dies with them (see
+/// [`donors`]): an input of 4-byte elements read only by that kernel, only at the kernel's own index, into an
+/// output of its type and size. So an optimizer step writes each state's new value where the old one was.
+fn donate(graph: &Graph, order: &[NodeId], seen: &FastSet<NodeId>, slots: &mut [Slot], kernels: &mut [Kernel]) {
+    let donors = donors(graph, order, seen);
+    if donors.is_empty() {
+        return;
+    }
+    let mut readers: FastMap<usize, usize> = FastMap::default();
+    for k in kernels.iter() {
+        for &(s, _) in &k.inputs {
+            *readers.entry(s).or_default() += 1;
+        }
+    }
+    for k in kernels.iter_mut() {
+        // Each element is read and stored by one thread, loads first (a tiled kernel stages only strided reads).
+        if k.kind != crate::kernel::Kind::Elementwise {
+            continue;
+        }
+        for n in 0..k.inputs.len() {
+            let (s, whole) = k.inputs[n];
+            let dt = k.in_types[n];
+            let own = k.body.iter().all(|i| match i {
+                Instr::Load { input, view, access } => *input != n || (view.is_none() && *access == Access::Own),
+                Instr::Gather { input, .. } => *input != n,
+                _ => true,
+            });
+            let donated = matches!(slots[s].source, Source::Existing(_)) && donors.contains(&slots[s].node);
+            // Bound as the output is: vectors in a vectorized kernel, elements otherwise.
+            let as_output = if k.width == 4 { whole } else { !whole };
+            if !donated || !own || readers[&s] != 1 || dt.size_in_bytes() != 4 || !as_output {
+                continue;
+            }
+            let free = (0..k.outputs.len()).find(|&o| {
+                let out = &slots[k.outputs[o].0];
+                k.out_types[o] == dt
+                    && out.bytes == slots[s].bytes
+                    && out.source == Source::Kernel
+                    && seen.contains(&out.node)
+                    && !k.aliases.iter().any(|&(_, taken)| taken == o)
+            });
+            if let Some(o) = free {
+                k.aliases.push((n, o));
+                slots[k.outputs[o].0].source = Source::Alias(s);
+            }
+        }
     }
 }
 
@@ -520,6 +606,35 @@ mod tests {
         let pl = plan(&g, &[new_m, new_p], &FUSE);
         assert_eq!(pl.kernels.len(), 1);
         assert_eq!(pl.kernels[0].outputs.len(), 2);
+    }
+
+    #[test]
+    fn an_output_is_stored_into_an_input_that_dies_with_its_kernel() {
+        // `m = m * 0.9 + g`, with nothing but the update holding the old `m`: stored into its buffer.
+        let run = |held: bool| {
+            let mut g = Graph::default();
+            let m = data(&mut g, &[64]);
+            let mut keys: slotmap::SlotMap<BufferKey, ()> = slotmap::SlotMap::with_key();
+            g.set_realized(m, Some(keys.insert(())), &mut Vec::new());
+            let grad = data(&mut g, &[64]);
+            let k = scalar(&mut g, 0.9);
+            let decayed = bin(&mut g, BinaryOp::Mul, m, k);
+            let new_m = bin(&mut g, BinaryOp::Add, decayed, grad);
+            // As a Rust expression's temporaries: only the result keeps a handle.
+            g.release(decayed, &mut Vec::new());
+            if !held {
+                g.release(m, &mut Vec::new());
+            }
+            plan(&g, &[new_m], &FUSE)
+        };
+        let p = run(false);
+        assert_eq!(p.kernels[0].aliases, vec![(0, 0)]);
+        let out = p.slot_of(p.outputs[0]).unwrap();
+        assert_eq!(p.slots[out].source, Source::Alias(p.kernels[0].inputs[0].0));
+        // A handle on the old value keeps its buffer.
+        let p = run(true);
+        assert!(p.kernels[0].aliases.is_empty());
+        assert!(p.slots.iter().all(|s| !matches!(s.source, Source::Alias(_))));
     }
 
     #[test]

@@ -133,7 +133,8 @@ impl Backend for CpuBackend {
                         created.push(key);
                         Some(key)
                     }
-                    Data::Fresh => None,
+                    // The CPU backend stores into a new buffer and lets the input's go after the job.
+                    Data::Fresh | Data::Alias(_) => None,
                 });
             }
             for (n, kernel) in job.kernels.iter().enumerate() {
@@ -191,6 +192,14 @@ impl Backend for CpuBackend {
             })
             .collect();
         let kept: Vec<BufferKey> = job.keep.iter().map(|&s| keys[s].take().expect("kept buffers exist")).collect();
+        // Inputs an output was stored into: the graph forgets their buffers, which go now.
+        for b in &job.buffers {
+            if let Data::Alias(input) = b.data {
+                if let Some(key) = keys[input].take() {
+                    st.remove(key, stats);
+                }
+            }
+        }
         for (b, key) in job.buffers.iter().zip(keys) {
             if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_))) {
                 st.remove(key, stats);

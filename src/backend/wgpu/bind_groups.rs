@@ -4,8 +4,8 @@
 use crate::hash::FastMap;
 use smallvec::SmallVec;
 
-/// One binding: a buffer (by identity), offset and size.
-type Range = (wgpu::Buffer, u64, u64);
+/// One binding: its number, a buffer (by identity), offset and size.
+type Range = (u32, wgpu::Buffer, u64, u64);
 
 #[derive(PartialEq, Eq, Hash)]
 struct Key {
@@ -36,10 +36,10 @@ impl BindGroups {
 
     /// Drops the groups that bind `buffer` (let go outside the pool), so the cache does not keep it alive.
     pub fn forget(&mut self, buffer: &wgpu::Buffer) {
-        self.groups.retain(|key, _| key.ranges.iter().all(|(b, _, _)| b != buffer));
+        self.groups.retain(|key, _| key.ranges.iter().all(|(_, b, _, _)| b != buffer));
     }
 
-    /// The bind group of `pipeline` over `ranges` (binding `i` is `ranges[i]`), created on first use.
+    /// The bind group of `pipeline` over `ranges`, each naming its binding, created on first use.
     pub fn get(
         &mut self,
         device: &wgpu::Device,
@@ -54,9 +54,8 @@ impl BindGroups {
         let entries: SmallVec<[wgpu::BindGroupEntry<'_>; 8]> = key
             .ranges
             .iter()
-            .enumerate()
-            .map(|(i, (buffer, offset, size))| wgpu::BindGroupEntry {
-                binding: i as u32,
+            .map(|(binding, buffer, offset, size)| wgpu::BindGroupEntry {
+                binding: *binding,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                     buffer,
                     offset: *offset,

@@ -18,7 +18,8 @@ fn bound(bytes: u64) -> u64 {
 /// Gives back to the pool the buffers of `keys` the job created (not those it was handed).
 fn release_created(pool: &mut pool::Pool, buffers: &[JobBuffer], keys: Vec<Option<BufferKey>>, stats: &mut Stats) {
     for (b, key) in buffers.iter().zip(keys) {
-        if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_))) {
+        // A buffer stored into in place is the input's, which the job was handed.
+        if let (Some(key), false) = (key, matches!(b.data, Data::Existing(_) | Data::Alias(_))) {
             pool.release(key, stats);
         }
     }
@@ -99,7 +100,7 @@ impl WgpuBackend {
                     stats.bytes_uploaded += bytes.len() as u64;
                     Some(key)
                 }
-                Data::Fresh => None,
+                Data::Fresh | Data::Alias(_) => None,
             });
         }
         let param_buf = (!params.is_empty()).then(|| {
@@ -122,17 +123,23 @@ impl WgpuBackend {
             let waits = kernel.inputs.iter().any(|&(slot, _)| keys[slot].is_some_and(|k| st.pool.written(k) >= first));
             let settled = batch::settled(first, number, waits);
             for &(slot, _) in &kernel.outputs {
-                let key = st.pool.alloc(&gpu.device, job.buffers[slot].bytes, settled, stats);
+                let key = match job.buffers[slot].data {
+                    Data::Alias(input) => keys[input].expect("an input stored into exists"),
+                    _ => st.pool.alloc(&gpu.device, job.buffers[slot].bytes, settled, stats),
+                };
                 keys[slot] = Some(key);
             }
             let (offset, size) = param_at[n];
-            let mut ranges: SmallVec<[(wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
-            ranges.push((param_buf.clone().expect("params"), offset, size));
-            let slots = kernel.outputs.iter().map(|o| (o.0, true)).chain(kernel.inputs.iter().map(|i| (i.0, false)));
-            for (slot, writes) in slots {
+            let mut ranges: SmallVec<[(u32, wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
+            ranges.push((0, param_buf.clone().expect("params"), offset, size));
+            // Bindings: parameters, outputs, inputs; an input stored into is bound once, as its output.
+            let outs = kernel.outputs.iter().map(|o| (o.0, true));
+            let ins = kernel.inputs.iter().enumerate().filter(|(i, _)| !kernel.aliases.iter().any(|a| a.0 == *i));
+            let ins = ins.map(|(i, input)| (kernel.outputs.len() + i, input.0, false));
+            for (binding, slot, writes) in outs.enumerate().map(|(o, (slot, w))| (o, slot, w)).chain(ins) {
                 let key = keys[slot].expect("a kernel's inputs are written before it runs");
                 st.pool.touch(key, number, writes);
-                ranges.push((st.pool.get(key).clone(), 0, bound(job.buffers[slot].bytes)));
+                ranges.push((1 + binding as u32, st.pool.get(key).clone(), 0, bound(job.buffers[slot].bytes)));
             }
             let bind_group = st.bind_groups.get(&gpu.device, &compiled[n].pipeline, &compiled[n].layout, ranges);
             dispatches.push((bind_group, codegen::dispatch_size(kernel.threads(), max_groups)));
