@@ -62,7 +62,8 @@ impl Block {
         let (h, hd) = (self.heads, d / self.heads);
         // [B, T, 3, H, hd] -> [3, B, H, T, hd]
         let qkv = self.qkv.forward(x).reshape([b, t, 3, h, hd]).permute([2, 0, 3, 1, 4]);
-        let (q, k, v) = (qkv.narrow(0, 0, 1).squeeze(0), qkv.narrow(0, 1, 1).squeeze(0), qkv.narrow(0, 2, 1).squeeze(0));
+        let (q, k, v) =
+            (qkv.narrow(0, 0, 1).squeeze(0), qkv.narrow(0, 1, 1).squeeze(0), qkv.narrow(0, 2, 1).squeeze(0));
         let future = Tensor::ones_on([t, t], x.device()).triu(1).ne(0.0);
         let scores = q.matmul(&k.transpose(-2, -1)) * (1.0 / (hd as f32).sqrt());
         let att = scores.masked_fill(&future, f32::NEG_INFINITY).softmax(-1);
@@ -250,7 +251,8 @@ fn main() {
         cfg.batch,
         count as f64 / 1e6
     );
-    let mut opt = AdamW::new(&params, AdamWConfig { lr: cfg.lr, betas: (0.9, 0.99), weight_decay: 0.1, ..Default::default() });
+    let mut opt =
+        AdamW::new(&params, AdamWConfig { lr: cfg.lr, betas: (0.9, 0.99), weight_decay: 0.1, ..Default::default() });
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ cfg.seed);
     let mut times = Vec::new();
     let mut first_loss = None;

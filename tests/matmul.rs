@@ -396,3 +396,23 @@ fn thin_products_are_folds_in_every_layout() {
         check16(&a16.matmul(&b16), 128, "f16 300x128x12");
     }
 }
+
+#[test]
+fn long_k_with_few_output_tiles_is_cut_into_slices_summed() {
+    let mut rng = Rng::new(41);
+    for dev in devices() {
+        // A weight gradient's shape: a transposed activation times an output gradient, k the batch.
+        let (m, k, n) = (96, 8192, 80);
+        let x = rand(&dev, &mut rng, &[k, m]);
+        let g = rand(&dev, &mut rng, &[k, n]);
+        let y = x.t().matmul(&g);
+        let got = check(&y, k, &format!("x^T g on {}", dev.name()));
+        assert_eq!(got.len(), m * n);
+        let kernels = dispatches(&(x.t().matmul(&g) * 2.0));
+        // The GPU cuts k and sums the slices (a product, then a fold with the epilogue); the CPU's gemm does not.
+        let want = if dev.is_cpu() { 1 } else { 2 };
+        assert_eq!(kernels, want, "{}", dev.name());
+        // k not cut when it does not divide, or is short.
+        check(&x.narrow(0, 0, 8191).t().matmul(&g.narrow(0, 0, 8191)), k, &format!("odd k on {}", dev.name()));
+    }
+}

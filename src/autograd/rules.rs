@@ -9,9 +9,7 @@ use smallvec::{smallvec, SmallVec};
 /// Gradients of one op's inputs, in the rule's input order; `None` where an input needs none.
 pub(crate) type Contributions = SmallVec<[Option<Tensor>; 3]>;
 
-/// `sqrt(2 / pi)` and the cubic coefficient of the GELU tanh approximation (as in the op table's row).
-const GELU_C: f32 = 0.797_884_6;
-const GELU_K: f32 = 0.044_715;
+use crate::op::{GELU_2C, GELU_2CK};
 
 /// Whether a unary op has a derivative rule. Exhaustive, so a new op must be placed on one side or the other.
 #[cfg(test)]
@@ -254,10 +252,11 @@ fn unary(op: UnaryOp, g: &Tensor, x: &Tensor, y: &Tensor) -> Tensor {
         Cos => -(g * &x.sin()),
         Recip => -(g * &y.square()),
         Square => g * &(x * 2.0),
+        // gelu(x) = x s with s = sigmoid(u), u = x (2c + 2ck x^2) (the op table's form): gelu' = s + x s (1 - s) u'.
         Gelu => {
-            let t = ((x + &(x * x * x * GELU_K)) * GELU_C).tanh();
-            let inner = (1.0 - &t.square()) * &(x * GELU_C) * &(x * x * (3.0 * GELU_K) + 1.0);
-            g * &((t + 1.0 + inner) * 0.5)
+            let s = (x * &(x * x * GELU_2CK + GELU_2C)).sigmoid();
+            let du = x * x * (3.0 * GELU_2CK) + GELU_2C;
+            g * &(&s + &(x * &s * &(1.0 - &s) * &du))
         }
         Silu => {
             let s = x.sigmoid();

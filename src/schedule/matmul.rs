@@ -15,7 +15,7 @@ use crate::view::View;
 /// tile would be mostly empty and there would be few of them, each walking all of k alone. The weight gradient of
 /// a 10-class output layer, `h^T @ d` of [1024, 4096] x [4096, 10], took 699 us as a tiled kernel on the H200
 /// (0.12 TFLOP/s: 16 workgroups of 64 x 64, 10 columns used).
-const THIN: usize = 16;
+pub(crate) const THIN: usize = 16;
 
 /// The tile for a product of `batch` matrices of `m` x `n` outputs; `f16` when both operands are f16, which run on
 /// tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3 (H200, 110 and

@@ -10,6 +10,7 @@ pub mod toposort;
 
 pub use cache::PlanCache;
 pub use fuse::Options;
+pub(crate) use matmul::THIN;
 
 use crate::graph::{BufferKey, Graph, NodeId, Op};
 use crate::hash::{FastMap, FastSet};
