@@ -165,3 +165,25 @@ fn train_mlp_command_line() {
     assert!(parse(&["--steps", "x"]).is_err() && parse(&["--fast"]).unwrap_err().contains("unknown flag --fast"));
     assert!(parse(&["--backend", "tpu"]).unwrap().device().is_err());
 }
+
+/// `train_gpt` for a few steps of a tiny transformer, on the CPU backend and on wgpu: it trains, evaluates and
+/// samples without failing. The binary is the one `cargo test` builds beside this test.
+#[test]
+fn train_gpt_runs_a_few_steps_on_every_backend() {
+    let exe = std::env::current_exe().expect("the test binary");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("the target directory");
+    let bin = dir.join("examples").join(format!("train_gpt{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.exists(), "{} was not built (cargo test builds examples)", bin.display());
+    for backend in ["cpu", "vulkan"] {
+        let args = ["--steps", "4", "--layers", "1", "--heads", "2", "--width", "16", "--context", "16"];
+        let out = std::process::Command::new(&bin)
+            .args(args)
+            .args(["--batch", "4", "--eval-every", "2", "--sample", "8"])
+            .env("LAZOR_BACKEND", backend)
+            .output()
+            .expect("train_gpt runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "train_gpt on {backend}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("validation loss") && text.contains("loss went from"), "{backend}: {text}");
+    }
+}
