@@ -416,21 +416,21 @@ fn accuracy(model: &dyn Module, x: &Tensor, y: &Tensor) -> f32 {
     correct / n as f32
 }
 
-/// The small CNN of `--conv`: two 3x3 convolutions (16 and 32 channels, padding 1) each followed by ReLU and a
+/// The small CNN of `--conv`: two 3x3 convolutions (32 and 64 channels, padding 1) each followed by ReLU and a
 /// 2x2 max pool, then a `Linear` layer from the 32 x 7 x 7 features to the classes. It takes the same flat
 /// `[batch, 784]` images as the MLP.
 pub fn cnn(seed: u64, dev: &Device) -> nn::Sequential {
     let image = |x: &Tensor| x.reshape([x.shape()[0], 1, 28, 28]);
     let pool = |x: &Tensor| x.relu().max_pool2d((2, 2), (2, 2));
-    let flat = |x: &Tensor| x.reshape([x.shape()[0], 32 * 7 * 7]);
+    let flat = |x: &Tensor| x.reshape([x.shape()[0], 64 * 7 * 7]);
     nn::Sequential::new(vec![
         Box::new(image),
-        Box::new(nn::Conv2d::new_on(1, 16, (3, 3), (1, 1), (1, 1), 10 * seed + 1, dev)),
+        Box::new(nn::Conv2d::new_on(1, 32, (3, 3), (1, 1), (1, 1), 10 * seed + 1, dev)),
         Box::new(pool),
-        Box::new(nn::Conv2d::new_on(16, 32, (3, 3), (1, 1), (1, 1), 10 * seed + 2, dev)),
+        Box::new(nn::Conv2d::new_on(32, 64, (3, 3), (1, 1), (1, 1), 10 * seed + 2, dev)),
         Box::new(pool),
         Box::new(flat),
-        Box::new(nn::Linear::new_on(32 * 7 * 7, CLASSES, true, 10 * seed + 3, dev)),
+        Box::new(nn::Linear::new_on(64 * 7 * 7, CLASSES, true, 10 * seed + 3, dev)),
     ])
 }
 
@@ -720,7 +720,7 @@ fn run() -> Result<(), String> {
         if data.synthetic { "synthetic".to_string() } else { opts.data.display().to_string() },
         data.train.len(),
         data.test.len(),
-        if opts.conv { "CNN conv3x3(16)-pool-conv3x3(32)-pool-linear".to_string() } else { shown(&SIZES) }
+        if opts.conv { "CNN conv3x3(32)-pool-conv3x3(64)-pool-linear".to_string() } else { shown(&SIZES) }
     );
     let report = train(&opts, &data, &dev)?;
     let steps = report.losses.len();
