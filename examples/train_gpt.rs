@@ -14,7 +14,7 @@
 
 use lazor::nn::{self, functional as F, Module};
 use lazor::optim::{AdamW, AdamWConfig};
-use lazor::{DType, Device, Tensor, Var};
+use lazor::{Device, Tensor, Var};
 use std::time::Instant;
 
 /// The model's shape and the training settings.
@@ -329,6 +329,5 @@ fn sample(model: &Gpt, chars: &[char], code: &dyn Fn(char) -> i32, cfg: &Config,
         out.push(chars[next]);
         ids.push(next as i32);
     }
-    let _ = DType::I32;
     out
 }

@@ -22,16 +22,11 @@ fn index_type(op: &'static str, index: &Tensor) -> Result<()> {
     }
 }
 
-/// Where `index` is host data not yet uploaded, its first value outside `[0, size)`, as an error.
+/// Where `index` is host data not yet uploaded (directly or through a view), its first value outside `[0, size)`,
+/// as an error.
 pub(crate) fn check_host(op: &'static str, index: &Tensor, size: usize) -> Result<()> {
-    let state = index.device.state();
-    let Op::Data(words) = &state.graph.node(index.id).op else { return Ok(()) };
-    let signed = index.dtype == DType::I32;
-    let bad = index.dtype.decode(words, index.numel()).into_iter().find_map(|w| {
-        let x = if signed { w as i32 as i64 } else { w as i64 };
-        (!(0..size as i64).contains(&x)).then_some(x)
-    });
-    match bad {
+    let values = crate::segments::host_values(index).unwrap_or_default();
+    match values.into_iter().find(|x| !(0..size as i64).contains(x)) {
         Some(index) => Err(Error::IndexOutOfRange { op, index, size }),
         None => Ok(()),
     }
@@ -313,10 +308,8 @@ fn scatter_sum(axis: usize, index: &Tensor, src: &Tensor, out: &Shape) -> Tensor
     let mut sum = hit.where_cond(along_last(&src), &zero).sum(nd);
     // Past the index's extents nothing lands: zeros, as a concatenation.
     for (d, &len) in idims.iter().enumerate() {
-        let full = out.dims()[d];
-        if d != axis && len < full {
-            let rest = Tensor::full_lane(with_axis(sum.shape.dims(), d, full - len), 0, sum.dtype, &sum.device);
-            sum = Tensor::cat(&[&sum, &rest], d);
+        if d != axis && len < out.dims()[d] {
+            sum = crate::autograd::rules::pad(&sum, d, 0, out.dims()[d]);
         }
     }
     sum

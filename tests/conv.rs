@@ -3,25 +3,12 @@
 
 mod common;
 
-use common::{assert_close, devices, Rng};
+use common::{assert_close, devices, kernels, Rng};
 use lazor::{DType, Device, Error, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-fn numel(dims: &[usize]) -> usize {
-    dims.iter().product()
-}
-
 fn stored(dev: &Device, rng: &mut Rng, dims: &[usize]) -> (Vec<f32>, Tensor) {
-    let v = rng.vec(numel(dims), -1.0, 1.0);
-    let t = Tensor::from_slice_on(&v, dims, dev);
-    t.realize().unwrap();
-    (v, t)
-}
-
-fn kernels(dev: &Device, f: impl FnOnce()) -> u64 {
-    let s = dev.stats().dispatches;
-    f();
-    dev.stats().dispatches - s
+    common::stored_within(dev, rng, dims, 1.0)
 }
 
 /// `torch.nn.functional.conv2d` by its definition, in f64: the output and its shape.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_close, devices, Rng};
+use common::{assert_close, devices, kernels, Rng};
 use lazor::{DType, Device, Error, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -28,17 +28,7 @@ fn ravel(c: &[usize], dims: &[usize]) -> usize {
 
 /// Host data and the same values in a realized tensor on `dev`.
 fn stored(dev: &Device, rng: &mut Rng, dims: &[usize]) -> (Vec<f32>, Tensor) {
-    let v = rng.vec(numel(dims), -2.0, 2.0);
-    let t = Tensor::from_slice_on(&v, dims, dev);
-    t.realize().unwrap();
-    (v, t)
-}
-
-/// Kernels dispatched by `f`.
-fn kernels(dev: &Device, f: impl FnOnce()) -> u64 {
-    let s = dev.stats().dispatches;
-    f();
-    dev.stats().dispatches - s
+    common::stored_within(dev, rng, dims, 2.0)
 }
 
 fn panic_message(f: impl FnOnce()) -> String {

@@ -175,7 +175,7 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
 }
 
 /// `g` placed at `start` along `axis` of an axis of extent `extent`, zeros around it: a concatenation, no copy.
-fn pad(g: &Tensor, axis: usize, start: usize, extent: usize) -> Tensor {
+pub(crate) fn pad(g: &Tensor, axis: usize, start: usize, extent: usize) -> Tensor {
     let zeros = |n: usize| {
         let mut dims = g.shape.dims().to_vec();
         dims[axis] = n;

@@ -12,7 +12,7 @@
 
 use super::{dedup, plan_ordered, toposort, Options, Plan, Slot, Source};
 use crate::graph::{BufferKey, Graph, NodeId, Op};
-use crate::hash::FastMap;
+use crate::hash::{FastMap, FastSet};
 use crate::kernel::Kernel;
 use std::sync::Arc;
 
@@ -71,7 +71,8 @@ impl PlanCache {
     pub fn plan(&mut self, graph: &Graph, outputs: &[NodeId], opts: &Options) -> (Plan, bool) {
         // Repeated outputs are keyed as given (toposort visits each node once): only a miss deduplicates them.
         let order = toposort::toposort(graph, outputs);
-        self.make_key(graph, &order, outputs, opts);
+        let (unique, seen) = dedup(outputs);
+        let donors = self.make_key(graph, &order, outputs, &seen, opts);
         self.clock += 1;
         if let Some(t) = self.plans.get_mut(self.key.as_slice()) {
             t.used = self.clock;
@@ -99,15 +100,13 @@ impl PlanCache {
             // Debug builds check the rule a rewritten plan rests on: a constant's value changes nothing but the
             // parameters it fills. A scheduler that ever decides something by a constant's value fails here.
             if cfg!(debug_assertions) && !Arc::ptr_eq(&plan.kernels, &t.kernels) {
-                let (unique, seen) = dedup(outputs);
-                let fresh = plan_ordered(graph, unique, &seen, &order, opts);
+                let fresh = plan_ordered(graph, unique, &seen, &order, &donors, opts);
                 let (reused, fresh) = (without_consts(&plan.kernels), without_consts(&fresh.kernels));
                 assert_eq!(reused, fresh, "lazor: a reused plan with new constants");
             }
             return (plan, true);
         }
-        let (unique, seen) = dedup(outputs);
-        let plan = plan_ordered(graph, unique, &seen, &order, opts);
+        let plan = plan_ordered(graph, unique, &seen, &order, &donors, opts);
         if self.key.len() > MAX_KEY_WORDS {
             return (plan, false);
         }
@@ -153,7 +152,15 @@ impl PlanCache {
     }
 
     /// Builds the key of realizing `outputs` (ordered as `order`) into `self.key`, and each node's place.
-    fn make_key(&mut self, graph: &Graph, order: &[NodeId], outputs: &[NodeId], opts: &Options) {
+    /// Returns the realize's donors ([`super::donors`]), which the key records and a fresh plan uses.
+    fn make_key(
+        &mut self,
+        graph: &Graph,
+        order: &[NodeId],
+        outputs: &[NodeId],
+        seen: &FastSet<NodeId>,
+        opts: &Options,
+    ) -> FastSet<NodeId> {
         let (key, place) = (&mut self.key, &mut self.place);
         key.clear();
         place.clear();
@@ -166,7 +173,7 @@ impl PlanCache {
         }
         key.push(tiles.min_large_groups as u64);
         // Whether a leaf's buffer may be overwritten depends on who else holds it, which the structure does not say.
-        let donors = super::donors(graph, order, &outputs.iter().copied().collect());
+        let donors = super::donors(graph, order, seen);
         for (p, &id) in order.iter().enumerate() {
             place.insert(id, p as u32);
             let node = graph.node(id);
@@ -179,6 +186,7 @@ impl PlanCache {
             key.extend(node.op.inputs().iter().map(|i| u64::from(place[i])));
         }
         key.extend(outputs.iter().map(|o| u64::from(place[o])));
+        donors
     }
 }
 

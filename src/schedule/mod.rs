@@ -106,7 +106,8 @@ impl Slots<'_> {
 pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
     let (unique, seen) = dedup(outputs);
     let order = toposort::toposort(graph, &unique);
-    plan_ordered(graph, unique, &seen, &order, opts)
+    let donors = donors(graph, &order, &seen);
+    plan_ordered(graph, unique, &seen, &order, &donors, opts)
 }
 
 /// For pictures of the graph: the nodes each future kernel computes (its stored members and the expressions
@@ -154,7 +155,15 @@ fn dedup(outputs: &[NodeId]) -> (Vec<NodeId>, FastSet<NodeId>) {
 }
 
 /// [`plan`] once the outputs are deduplicated (`unique`, also as the set `seen`) and ordered (`order`).
-fn plan_ordered(graph: &Graph, unique: Vec<NodeId>, seen: &FastSet<NodeId>, order: &[NodeId], opts: &Options) -> Plan {
+/// [`plan`] of `unique` in `order`, `donors` being [`donors`] of them (the plan cache computes it for its key).
+fn plan_ordered(
+    graph: &Graph,
+    unique: Vec<NodeId>,
+    seen: &FastSet<NodeId>,
+    order: &[NodeId],
+    donors: &FastSet<NodeId>,
+    opts: &Options,
+) -> Plan {
     // Lowering may find a view it cannot express over its source; that source is then stored, and we start over.
     let mut forced: FastSet<NodeId> = FastSet::default();
     // A member of a rows kernel that reads one of its folds other than broadcast along the rows leaves it.
@@ -224,7 +233,7 @@ fn plan_ordered(graph: &Graph, unique: Vec<NodeId>, seen: &FastSet<NodeId>, orde
     }
 
     let mut kernels = kernels;
-    donate(graph, order, seen, &mut slots.slots, &mut kernels);
+    donate(seen, donors, &mut slots.slots, &mut kernels);
 
     // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.
     let mut last_use: FastMap<usize, usize> = FastMap::default();
@@ -285,8 +294,7 @@ pub fn donors(graph: &Graph, order: &[NodeId], outputs: &FastSet<NodeId>) -> Fas
 /// Lets elementwise kernels store a requested output into the buffer of an input that dies with them (see
 /// [`donors`]): an input of 4-byte elements read only by that kernel, only at the kernel's own index, into an
 /// output of its type and size. So an optimizer step writes each state's new value where the old one was.
-fn donate(graph: &Graph, order: &[NodeId], seen: &FastSet<NodeId>, slots: &mut [Slot], kernels: &mut [Kernel]) {
-    let donors = donors(graph, order, seen);
+fn donate(seen: &FastSet<NodeId>, donors: &FastSet<NodeId>, slots: &mut [Slot], kernels: &mut [Kernel]) {
     if donors.is_empty() {
         return;
     }

@@ -133,3 +133,18 @@ pub fn check(t: &Tensor, rel: f32, abs: f32, what: &str) -> Vec<f32> {
     }
     as_f32(&got)
 }
+
+/// Values uniform in `[-bound, bound)` of shape `dims`, and the tensor holding them on `dev`, realized.
+pub fn stored_within(dev: &Device, rng: &mut Rng, dims: &[usize], bound: f32) -> (Vec<f32>, Tensor) {
+    let v = rng.vec(dims.iter().product(), -bound, bound);
+    let t = Tensor::from_slice_on(&v, dims, dev);
+    t.realize().unwrap();
+    (v, t)
+}
+
+/// Kernels dispatched on `dev` while `f` runs.
+pub fn kernels(dev: &Device, f: impl FnOnce()) -> u64 {
+    let s = dev.stats().dispatches;
+    f();
+    dev.stats().dispatches - s
+}
