@@ -70,16 +70,21 @@ impl Device {
         dev
     }
 
-    /// The wgpu backend of this device.
+    /// The wgpu backend of this device, for `op`.
     ///
     /// # Panics
     /// If the device runs on another backend.
     #[track_caller]
-    fn wgpu(&self) -> &dyn WgpuOnly {
-        match self.inner.backend.wgpu() {
-            Some(w) => w,
-            None => panic!("lazor: {} is not a wgpu device", self.inner.backend.name()),
+    fn wgpu(&self, op: &'static str) -> &dyn WgpuOnly {
+        match self.try_wgpu(op) {
+            Ok(w) => w,
+            Err(e) => panic!("{e}"),
         }
+    }
+
+    /// The wgpu backend of this device, or [`Error::NotWgpu`] naming `op`.
+    fn try_wgpu(&self, op: &'static str) -> Result<&dyn WgpuOnly> {
+        self.inner.backend.wgpu().ok_or_else(|| Error::NotWgpu { op, device: self.inner.backend.name() })
     }
 
     /// The process-wide device, opened on first use: a hardware GPU (discrete before integrated) when there is one,
@@ -161,28 +166,37 @@ impl Device {
         self.inner.backend.set_pool_budget(bytes);
     }
 
-    /// The adapter's name, e.g. "NVIDIA H200" or "llvmpipe (LLVM 15.0.6, 256 bits)".
-    ///
-    /// # Panics
-    /// If the device is not a wgpu device.
+    /// The adapter's name, e.g. "NVIDIA H200" or "llvmpipe (LLVM 15.0.6, 256 bits)"; on the CPU backend, the
+    /// processor's name (e.g. "AMD EPYC 9654 96-Core Processor"), or the architecture where the system does not say.
     pub fn adapter_name(&self) -> String {
-        self.wgpu().gpu().info.name.clone()
+        match self.inner.backend.wgpu() {
+            Some(w) => w.gpu().info.name.clone(),
+            None => crate::backend::cpu::processor_name(),
+        }
     }
 
-    /// The adapter's backend ("Vulkan", "Metal", ...).
-    ///
-    /// # Panics
-    /// If the device is not a wgpu device.
+    /// The adapter's backend ("Vulkan", "Metal", ...); `"Cpu"` on the CPU backend.
     pub fn backend(&self) -> String {
-        format!("{:?}", self.wgpu().gpu().info.backend)
+        match self.inner.backend.wgpu() {
+            Some(w) => format!("{:?}", w.gpu().info.backend),
+            None => "Cpu".to_string(),
+        }
     }
 
-    /// The adapter's description: name, vendor, device type, backend, driver.
-    ///
-    /// # Panics
-    /// If the device is not a wgpu device.
+    /// The adapter's description: name, vendor, device type, backend, driver. On the CPU backend: the processor's
+    /// name, `device_type` [`wgpu::DeviceType::Cpu`], `backend` [`wgpu::Backend::Noop`] (no graphics API is
+    /// involved), `driver` "lazor" and, in `driver_info`, the number of threads kernels run on.
     pub fn adapter_info(&self) -> wgpu::AdapterInfo {
-        self.wgpu().gpu().info.clone()
+        match self.inner.backend.wgpu() {
+            Some(w) => w.gpu().info.clone(),
+            None => {
+                let mut info = wgpu::AdapterInfo::new(wgpu::DeviceType::Cpu, wgpu::Backend::Noop);
+                info.name = crate::backend::cpu::processor_name();
+                info.driver = "lazor".to_string();
+                info.driver_info = self.inner.backend.name();
+                info
+            }
+        }
     }
 
     /// The file where this device keeps compiled pipelines between processes (`LAZOR_CACHE_DIR`), or `None` where
@@ -202,9 +216,18 @@ impl Device {
     /// wgpu device then serves the next `Device` opened on the adapter.
     ///
     /// # Panics
-    /// If the device is not a wgpu device.
+    /// If the device is not a wgpu device (the CPU backend); [`Device::try_wgpu_device`] returns an error instead.
+    #[track_caller]
     pub fn wgpu_device(&self) -> &wgpu::Device {
-        &self.wgpu().gpu().device
+        &self.wgpu("wgpu_device").gpu().device
+    }
+
+    /// [`Device::wgpu_device`], or an error on a device that is not a wgpu device.
+    ///
+    /// # Errors
+    /// [`Error::NotWgpu`] on the CPU backend.
+    pub fn try_wgpu_device(&self) -> Result<&wgpu::Device> {
+        Ok(&self.try_wgpu("wgpu_device")?.gpu().device)
     }
 
     /// The underlying wgpu queue: what lazor submits to, in order with anything submitted here. Getting it submits
@@ -212,11 +235,22 @@ impl Device {
     /// made before this call; call [`Device::flush`] again before submitting work that must follow later realizes.
     ///
     /// # Panics
-    /// If the device is not a wgpu device.
+    /// If the device is not a wgpu device (the CPU backend); [`Device::try_wgpu_queue`] returns an error instead.
+    #[track_caller]
     pub fn wgpu_queue(&self) -> &wgpu::Queue {
-        let wgpu = self.wgpu();
+        let wgpu = self.wgpu("wgpu_queue");
         self.inner.backend.flush_all();
         &wgpu.gpu().queue
+    }
+
+    /// [`Device::wgpu_queue`], or an error on a device that is not a wgpu device.
+    ///
+    /// # Errors
+    /// [`Error::NotWgpu`] on the CPU backend.
+    pub fn try_wgpu_queue(&self) -> Result<&wgpu::Queue> {
+        let wgpu = self.try_wgpu("wgpu_queue")?;
+        self.inner.backend.flush_all();
+        Ok(&wgpu.gpu().queue)
     }
 
     /// Submits the realizes this device holds back. While the GPU has work in flight, a wgpu device records later
@@ -253,7 +287,7 @@ impl Device {
 
     /// Lets generated kernels use subgroup operations where the device has them (the default, unless
     /// `LAZOR_NO_SUBGROUPS=1`), or keeps them on the workgroup-memory path. Both give the same answers to within
-    /// rounding; tests run both.
+    /// rounding; tests run both. No effect on the CPU backend, which has no subgroups.
     pub fn set_subgroups(&self, on: bool) {
         if let Some(w) = self.inner.backend.wgpu() {
             w.set_subgroups(on);
@@ -266,7 +300,8 @@ impl Device {
     }
 
     /// Binds f16 buffers natively (`wgpu::Features::SHADER_F16`, where the adapter has it) or, with `false`, packed
-    /// two to a 32-bit word as on adapters without it (also `LAZOR_NO_F16=1`). Both give the same bits.
+    /// two to a 32-bit word as on adapters without it (also `LAZOR_NO_F16=1`). Both give the same bits. No effect on the
+    /// CPU backend, which stores every type in its own bits.
     pub fn set_native_f16(&self, on: bool) {
         if let Some(w) = self.inner.backend.wgpu() {
             w.set_native_f16(on);
@@ -281,7 +316,7 @@ impl Device {
     /// Runs f16 x f16 matmuls on the tensor cores, through `wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX`, where
     /// the adapter offers a 16 x 16 x 16 f16 shape accumulating in f32 (the default, unless `LAZOR_NO_COOP=1`), or,
     /// with `false`, on the tiled kernel every adapter runs. Both accumulate in f32 and round once; they differ only
-    /// in the order of the sums.
+    /// in the order of the sums. No effect on the CPU backend.
     pub fn set_tensor_cores(&self, on: bool) {
         if let Some(w) = self.inner.backend.wgpu() {
             w.set_tensor_cores(on);

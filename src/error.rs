@@ -117,6 +117,14 @@ pub enum Error {
         op: &'static str,
     },
     /// No adapter matched the request (`LAZOR_BACKEND`, `LAZOR_ADAPTER`) or none exists.
+    /// A wgpu-only method called on a device of another backend (the CPU backend).
+    #[error("lazor: {op}: {device} is not a wgpu device")]
+    NotWgpu {
+        /// The method, as users call it.
+        op: &'static str,
+        /// The device's name.
+        device: String,
+    },
     #[error("lazor: no GPU adapter found ({0})")]
     NoAdapter(String),
     /// The adapter refused to create a device.

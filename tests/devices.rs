@@ -58,3 +58,41 @@ fn devices_opened_and_dropped_on_many_threads() {
         }
     });
 }
+
+/// Every `Device` method answers on the CPU backend: what it is, what it runs on, and settings that do not apply
+/// return without effect; only the wgpu handles refuse, with `try_` twins that say so.
+#[test]
+fn a_cpu_device_answers_every_question() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dev = lazor::Device::cpu();
+    assert_eq!(dev.backend(), "Cpu");
+    let name = dev.adapter_name();
+    assert!(!name.is_empty(), "the processor has a name");
+    let info = dev.adapter_info();
+    assert_eq!(info.device_type, wgpu::DeviceType::Cpu);
+    assert_eq!(info.name, name);
+    assert_eq!(info.backend, wgpu::Backend::Noop);
+    assert!(dev.name().contains("CPU"), "{}", dev.name());
+    assert!(format!("{dev:?}").contains("CPU"));
+    dev.set_queue_depth(3);
+    dev.set_subgroups(true);
+    dev.set_native_f16(true);
+    dev.set_tensor_cores(true);
+    assert_eq!((dev.queue_depth(), dev.subgroups(), dev.native_f16(), dev.tensor_cores()), (0, false, false, false));
+    assert_eq!(dev.pipeline_cache_file(), None);
+    dev.flush();
+    dev.synchronize().unwrap();
+    assert!(dev.max_tensor_bytes() > 0);
+    let err = dev.try_wgpu_device().unwrap_err();
+    assert!(matches!(err, lazor::Error::NotWgpu { op: "wgpu_device", .. }), "{err}");
+    let err = dev.try_wgpu_queue().unwrap_err();
+    assert!(err.to_string().contains("wgpu_queue") && err.to_string().contains("not a wgpu device"), "{err}");
+    let panic = std::panic::catch_unwind(|| drop(lazor::Device::cpu().wgpu_device().clone())).unwrap_err();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("wgpu_device"), "{message}");
+    for dev in gpu_devices() {
+        assert_ne!(dev.backend(), "Cpu");
+        assert!(dev.try_wgpu_device().is_ok() && dev.try_wgpu_queue().is_ok());
+        assert_eq!(dev.adapter_info().name, dev.adapter_name());
+    }
+}

@@ -53,6 +53,21 @@ fn alloc_zeroed(len: usize) -> Result<Vec<f32>> {
     }
 }
 
+/// The processor's name as the system reports it (`model name` in `/proc/cpuinfo` on Linux), or the architecture
+/// where it does not.
+pub(crate) fn processor_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| format!("{} processor", std::env::consts::ARCH))
+}
+
 impl CpuBackend {
     pub fn new() -> CpuBackend {
         let budget = free::budget(free::host_memory());
