@@ -1,5 +1,6 @@
-//! Times forward + backward of two MLPs with a softmax cross-entropy, loss and every gradient in one realize, and
-//! the large model's eight matrix products alone (3 forward, 3 weight gradients, 2 input gradients) for scale.
+//! Times forward + backward of two MLPs with a softmax cross-entropy, loss and every gradient in one realize; a
+//! full training step with AdamW (forward, backward and every update in one realize, `optim::AdamW::step_with`),
+//! as PyTorch's fused-AdamW step in `torch_reference.py train`; and the large model's eight matrix products alone (3 forward, 3 weight gradients, 2 input gradients) for scale.
 //! Prints milliseconds and dispatches per step. `cargo run --release --example train_step` (784-1024-1024-10 at
 //! batch 4096 and 784-128-10 at batch 64); `-- --quick` runs small sizes and few steps, as a smoke test;
 //! `-- --profile` also prints the large model's kernels with their GPU times (`Device::profile`).
@@ -69,7 +70,20 @@ fn mlp(dev: &Device, sizes: &[usize], batch: usize, steps: usize, profiled: bool
     }
     let (ms, dispatches) = time(dev, steps, step);
     let shown: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
-    println!("mlp {} batch {batch}: fwd+bwd {ms:.3} ms/step, {dispatches} dispatches/step", shown.join("-"));
+    let shown = shown.join("-");
+    println!("mlp {shown} batch {batch}: fwd+bwd {ms:.3} ms/step, {dispatches} dispatches/step");
+
+    let mut opt = lazor::optim::AdamW::new(&params, lazor::optim::AdamWConfig { lr: 1e-3, ..Default::default() });
+    let mut adamw_step = || {
+        let loss = loss(&params, &x, &onehot);
+        opt.step_with(&loss.backward(), &[&loss]);
+    };
+    if profiled {
+        adamw_step();
+        println!("{}", dev.profile(&mut adamw_step));
+    }
+    let (ms, dispatches) = time(dev, steps, adamw_step);
+    println!("mlp {shown} batch {batch}: AdamW step {ms:.3} ms/step, {dispatches} dispatches/step");
 }
 
 /// The products a 3-layer MLP step needs, on realized operands: `x W1`, `h1 W2`, `h2 W3`, the weight gradients

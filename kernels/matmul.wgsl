@@ -1,8 +1,8 @@
 // The tiled matrix product: a workgroup of 256 threads computes a BM x BN block of one batch matrix, each thread a
 // TM x TN sub-block held in registers. Every BK steps of k, the workgroup stages a BM x BK slab of A and a BK x BN
-// slab of B in workgroup memory (read along whichever axis is contiguous in memory, so neighbouring threads read
-// neighbouring addresses), then each thread reads 4-wide vectors of both slabs and does TM x TN fused
-// multiply-adds per step of k. Edges are handled by loading zeros past m, n and k and storing only inside.
+// slab of B in workgroup memory, then each thread reads 4-wide vectors of both slabs and does TM x TN fused
+// multiply-adds per step of k; the next slabs' elements are fetched into registers meanwhile. Edges are handled by
+// loading zeros past m, n and k and storing only inside.
 //
 // Codegen (src/codegen/matmul.rs) prepends the constants BM BN BK TM TN A_ALONG_K B_ALONG_K, the bindings, and:
 //   fn sizes() -> vec3<u32>            m, n and k
@@ -20,6 +20,49 @@ const SB: u32 = BN / 4u + 1u;
 const TX: u32 = BN / TN;
 const RM: u32 = TM / 4u;
 const RN: u32 = TN / 4u;
+
+// Slab elements each thread stages per step of k (the last round guarded where the slab is not a multiple of 256).
+const NA: u32 = (BM * BK + THREADS - 1u) / THREADS;
+const NB: u32 = (BK * BN + THREADS - 1u) / THREADS;
+
+// Slab element e of A (of B) is read along whichever axis is contiguous in memory, so neighbouring threads read
+// neighbouring addresses: its row (column) and step of k in the block.
+fn coords_a(e: u32) -> vec2<u32> {
+    if (A_ALONG_K) { return vec2<u32>(e / BK, e % BK); }
+    return vec2<u32>(e % BM, e / BM);
+}
+fn coords_b(e: u32) -> vec2<u32> {
+    if (B_ALONG_K) { return vec2<u32>(e / BK, e % BK); }
+    return vec2<u32>(e % BN, e / BN);
+}
+// Where element e goes in the slab: the vector and its lane.
+fn slot_a(e: u32) -> vec2<u32> {
+    let c = coords_a(e);
+    return vec2<u32>(c.y * SA + c.x / 4u, c.x % 4u);
+}
+fn slot_b(e: u32) -> vec2<u32> {
+    let c = coords_b(e);
+    return vec2<u32>(c.y * SB + c.x / 4u, c.x % 4u);
+}
+// Element e of A's slab at k0 (B's), 0 past the block's edges and past k.
+fn fetch_a(e: u32, m0: u32, k0: u32, base: u32, size: vec3<u32>) -> f32 {
+    let c = coords_a(e);
+    let gr = m0 + c.x;
+    let gk = k0 + c.y;
+    if (e < BM * BK && gr < size.x && gk < size.z) {
+        return load_a(gr, gk, (base + gr) * size.z + gk);
+    }
+    return 0.0;
+}
+fn fetch_b(e: u32, n0: u32, k0: u32, base: u32, size: vec3<u32>) -> f32 {
+    let c = coords_b(e);
+    let gc = n0 + c.x;
+    let gk = k0 + c.y;
+    if (e < BK * BN && gc < size.y && gk < size.z) {
+        return load_b(gk, gc, (base + gk) * size.y + gc);
+    }
+    return 0.0;
+}
 
 var<workgroup> slab_a: array<vec4<f32>, BK * SA>;
 var<workgroup> slab_b: array<vec4<f32>, BK * SB>;
@@ -45,38 +88,40 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
 
     // Row 4s + r, column strip q of the thread's sub-block: acc[(4s + r) * RN + q].
     var acc: array<vec4<f32>, TM * RN>;
+    // The next slab's elements, fetched into registers before the current slab's products so that the global
+    // loads' latency hides behind them, and stored to workgroup memory after the step's second barrier.
+    var next_a: array<f32, NA>;
+    var next_b: array<f32, NB>;
+    for (var j = 0u; j < NA; j++) {
+        next_a[j] = fetch_a(lid.x + j * THREADS, m0, 0u, base_a, size);
+    }
+    for (var j = 0u; j < NB; j++) {
+        next_b[j] = fetch_b(lid.x + j * THREADS, n0, 0u, base_b, size);
+    }
     for (var k0 = 0u; k0 < size.z; k0 += BK) {
-        for (var e = lid.x; e < BM * BK; e += THREADS) {
-            var row = e % BM;
-            var kk = e / BM;
-            if (A_ALONG_K) {
-                row = e / BK;
-                kk = e % BK;
+        for (var j = 0u; j < NA; j++) {
+            let e = lid.x + j * THREADS;
+            if (e < BM * BK) {
+                let at = slot_a(e);
+                slab_a[at.x][at.y] = next_a[j];
             }
-            let gr = m0 + row;
-            let gk = k0 + kk;
-            var v = 0.0;
-            if (gr < size.x && gk < size.z) {
-                v = load_a(gr, gk, (base_a + gr) * size.z + gk);
-            }
-            slab_a[kk * SA + row / 4u][row % 4u] = v;
         }
-        for (var e = lid.x; e < BK * BN; e += THREADS) {
-            var col = e % BN;
-            var kk = e / BN;
-            if (B_ALONG_K) {
-                col = e / BK;
-                kk = e % BK;
+        for (var j = 0u; j < NB; j++) {
+            let e = lid.x + j * THREADS;
+            if (e < BK * BN) {
+                let at = slot_b(e);
+                slab_b[at.x][at.y] = next_b[j];
             }
-            let gc = n0 + col;
-            let gk = k0 + kk;
-            var v = 0.0;
-            if (gc < size.y && gk < size.z) {
-                v = load_b(gk, gc, (base_b + gk) * size.y + gc);
-            }
-            slab_b[kk * SB + col / 4u][col % 4u] = v;
         }
         workgroupBarrier();
+        if (k0 + BK < size.z) {
+            for (var j = 0u; j < NA; j++) {
+                next_a[j] = fetch_a(lid.x + j * THREADS, m0, k0 + BK, base_a, size);
+            }
+            for (var j = 0u; j < NB; j++) {
+                next_b[j] = fetch_b(lid.x + j * THREADS, n0, k0 + BK, base_b, size);
+            }
+        }
         for (var kk = 0u; kk < BK; kk++) {
             var a: array<vec4<f32>, RM>;
             var b: array<vec4<f32>, RN>;

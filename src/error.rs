@@ -116,7 +116,6 @@ pub enum Error {
         /// The op, as users call it.
         op: &'static str,
     },
-    /// No adapter matched the request (`LAZOR_BACKEND`, `LAZOR_ADAPTER`) or none exists.
     /// A wgpu-only method called on a device of another backend (the CPU backend).
     #[error("lazor: {op}: {device} is not a wgpu device")]
     NotWgpu {
@@ -125,6 +124,7 @@ pub enum Error {
         /// The device's name.
         device: String,
     },
+    /// No adapter matched the request (`LAZOR_BACKEND`, `LAZOR_ADAPTER`) or none exists.
     #[error("lazor: no GPU adapter found ({0})")]
     NoAdapter(String),
     /// The adapter refused to create a device.
