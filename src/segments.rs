@@ -3,7 +3,7 @@
 //!
 //! An embedding's gradient (`index_add` of a batch's token rows into the table) is the case: its token ids come
 //! from the host every step. The output rows that receive anything are grouped by how many rows they receive
-//! into at most two blocks, each `[rows, most] ` of source-row numbers padded with -1 (which gathers read as 0);
+//! into at most two blocks, each `[rows, most]` of source-row numbers padded with -1 (which gathers read as 0);
 //! each block is one fold over its `most` axis, and one elementwise kernel adds every block's sums to the tensor at
 //! their rows. Rows add in ascending index order, so every run gives the same bits.
 
@@ -47,8 +47,10 @@ pub(crate) fn index_add(base: &Tensor, axis: usize, line: &[i64], src: &Tensor) 
     }
     rows.sort_by_key(|&r| lists[r].len());
     // Two blocks: the rows receiving at most `split` rows, padded to `split`, and the rest, padded to the most any
-    // receives. The split is the power of two that pads least (one block when that is best).
-    let most = lists[*rows.last().expect("rows")].len();
+    // receives. The split is the power of two that pads least (one block when that is best). Every size is
+    // rounded up to a power of two, so batches of the same kind give the same shapes and a training step that
+    // draws new ids each time reuses its plan instead of planning its whole graph again.
+    let most = lists[*rows.last().expect("rows")].len().next_power_of_two();
     let padded = |split: usize| {
         let light = rows.partition_point(|&r| lists[r].len() <= split);
         light * split + (rows.len() - light) * most
@@ -67,15 +69,16 @@ pub(crate) fn index_add(base: &Tensor, axis: usize, line: &[i64], src: &Tensor) 
         if members.is_empty() {
             continue;
         }
-        let mut table = vec![-1i32; members.len() * width];
+        let bucket = members.len().next_power_of_two();
+        let mut table = vec![-1i32; bucket * width];
         let mut at = vec![-1i32; n];
         for (k, &r) in members.iter().enumerate() {
             table[k * width..][..lists[r].len()].copy_from_slice(&lists[r]);
             at[r] = k as i32;
         }
-        let table = Tensor::from_vec_on(table, [members.len() * width], &base.device);
+        let table = Tensor::from_vec_on(table, [bucket * width], &base.device);
         let picked = src.gathered(0, &spread(&table, rest), None);
-        let block = picked.reshape([members.len(), width, rest]).sum(1);
+        let block = picked.reshape([bucket, width, rest]).sum(1);
         let at = Tensor::from_vec_on(at, [n], &base.device);
         sum += block.gathered(0, &spread(&at, rest), None);
     }
