@@ -2,7 +2,7 @@
 //! views and reductions; the CPU backend next to a hand-written rayon loop, lavapipe and ndarray.
 //! Prints markdown tables; `docs/BENCHMARKS.md` records what it printed. This file parses the arguments and runs
 //! the sections; each section is a file under `bench/` (`elementwise.rs`, `views.rs`, `reductions.rs`, `cpu.rs`,
-//! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`, `steady.rs`), over the shared `timing.rs` (settings, medians, number formats),
+//! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`, `steady.rs`, `shapes.rs`), over the shared `timing.rs` (settings, medians, number formats),
 //! `check.rs` (checks against the host, dispatch counts) and `raw.rs` (raw wgpu copies and hand-written kernels).
 //!
 //! ```text
@@ -70,6 +70,8 @@ mod random;
 mod raw;
 #[path = "bench/reductions.rs"]
 mod reductions;
+#[path = "bench/shapes.rs"]
+mod shapes;
 #[path = "bench/steady.rs"]
 mod steady;
 #[path = "bench/timing.rs"]
@@ -110,10 +112,21 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    const SECTIONS: [&str; 10] =
-        ["elementwise", "views", "reductions", "cpu", "matmul", "dtypes", "life", "random", "training", "steady"];
+    const SECTIONS: [&str; 11] = [
+        "elementwise",
+        "views",
+        "reductions",
+        "cpu",
+        "matmul",
+        "dtypes",
+        "life",
+        "random",
+        "training",
+        "steady",
+        "shapes",
+    ];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] [random] [training] [steady] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] [random] [training] [steady] [shapes] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -157,6 +170,13 @@ fn main() -> ExitCode {
         let (dev, small) = default_device();
         let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
         if !training::run(&dev, &cfg, small) {
+            return ExitCode::FAILURE;
+        }
+    }
+    if wanted("shapes") {
+        let (dev, small) = default_device();
+        let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
+        if !shapes::run(&dev, &cfg, small) {
             return ExitCode::FAILURE;
         }
     }

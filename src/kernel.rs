@@ -73,8 +73,9 @@ impl MatmulTile {
 
 /// The blockings a backend's tiled matmuls choose from by shape, and how many workgroups keep its device busy.
 /// Large tiles reuse each loaded element the most (8 x 8 outputs per thread), but a GPU needs a few workgroups
-/// per compute unit: products with fewer `large` tiles than `min_large_groups` take `small` ones, and thin ones a
-/// tile that matches their shape (`tall` for few columns, `wide` for few rows and for tensor cores).
+/// per compute unit: products with fewer `large` tiles than `min_large_groups` take `small` ones. Thin products
+/// take a tile that matches their shape first (`tall` for at most 64 columns, `wide` for at most 64 rows and for
+/// tensor cores), so that no half of a large tile computes nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MatmulTiles {
     pub large: MatmulTile,
@@ -85,14 +86,15 @@ pub struct MatmulTiles {
 }
 
 impl MatmulTiles {
-    /// The table tuned on the H200 (132 compute units: 264 is two large workgroups each;
-    /// docs/notes/benchmarks-log.md#matmul).
+    /// The table tuned on the H200 by `bench shapes` (docs/matmul.md): 256 large workgroups are about two per
+    /// compute unit of its 132, and a training step's [4096 x 1024] outputs (exactly 256 large tiles) ran 10-14%
+    /// faster on them than on 1024 smaller ones.
     pub const TUNED: MatmulTiles = MatmulTiles {
         large: MatmulTile { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 },
-        small: MatmulTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 },
-        tall: MatmulTile { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 },
-        wide: MatmulTile { bm: 64, bn: 128, bk: 8, tm: 4, tn: 8 },
-        min_large_groups: 264,
+        small: MatmulTile { bm: 64, bn: 128, bk: 16, tm: 4, tn: 8 },
+        tall: MatmulTile { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4 },
+        wide: MatmulTile { bm: 64, bn: 128, bk: 16, tm: 4, tn: 8 },
+        min_large_groups: 256,
     };
 
     /// The table for a device with `workgroup_bytes` of workgroup memory that wants `busy` workgroups in flight:

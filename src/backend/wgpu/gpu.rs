@@ -284,7 +284,7 @@ impl Gpu {
 
     /// The matmul blockings for this adapter: the tuned shapes that fit its workgroup memory, and enough large
     /// workgroups to keep it busy. wgpu does not report compute units, so the threshold follows the kind of
-    /// adapter: the H200's (two per unit of 132) for a discrete GPU, a quarter of that for an integrated one, and
+    /// adapter: the H200's (about two per unit of 132) for a discrete GPU, a quarter of that for an integrated one, and
     /// two per host thread for a CPU adapter (lavapipe), which runs a workgroup per thread.
     pub fn matmul_tiles(&self) -> crate::kernel::MatmulTiles {
         let tuned = crate::kernel::MatmulTiles::TUNED;
