@@ -4,9 +4,9 @@
 //! the seed is the key, so a kernel computes the element where it needs it and no random buffer is ever stored.
 //! This module is the definition on the host (the reference interpreter and the CPU backend call it);
 //! `src/codegen/helpers.rs` spells the same operations in WGSL. Both use only 32-bit integer operations, IEEE
-//! `+ - *`, explicit `fma`, divisions and square roots corrected to their IEEE values, and exact integer-to-float
-//! conversions, so `rand` gives the same bits everywhere and `randn` the same but where a shader's division or
-//! square root is off by more than its correction repairs (see `docs/ARCHITECTURE.md`).
+//! `+ - * /`, `sqrt` and exact integer-to-float conversions, so `rand` gives the same bits everywhere, and `randn`
+//! differs between backends only where a shader compiler contracts a multiply and an add into one rounding (see
+//! `docs/ARCHITECTURE.md`).
 
 use crate::autograd::{record, Rule};
 use crate::device::Device;
@@ -86,28 +86,12 @@ pub fn sample(d: Distribution, index: u32, key: [u32; 2]) -> f32 {
 fn box_muller(a: u32, b: u32) -> f32 {
     let u1 = ((a >> 8) + 1) as f32 * STEP;
     let u2 = (b >> 8) as f32 * STEP;
-    exact_sqrt(-2.0 * ln_unit(u1)) * cos_turn(u2)
+    (-2.0 * ln_unit(u1)).sqrt() * cos_turn(u2)
 }
 
-/// `num / den` rounded as IEEE division is: a shader's division may be a couple of ulp off (Vulkan allows 2.5), so
-/// the quotient is corrected once from its exact remainder (`fma`), which makes it the correctly rounded one.
-fn exact_div(num: f32, den: f32) -> f32 {
-    let q = num / den;
-    q + (-q).mul_add(den, num) / den
-}
-
-/// `sqrt(x)` corrected once from its exact residual, for the same reason as [`exact_div`].
-fn exact_sqrt(x: f32) -> f32 {
-    let y = x.sqrt();
-    if y == 0.0 {
-        return y;
-    }
-    y + (-y).mul_add(y, x) / (y + y)
-}
-
-/// `ln(u)` for `u` in `[2^-24, 1]`, from `+ - *`, `fma` and one corrected division, so that WGSL computes the same:
-/// `u = m 2^e` with `m` in `[sqrt(1/2), sqrt(2)]`, `ln(m) = 2 atanh(s)` with `s = (m - 1) / (m + 1)`
-/// (`|s| < 0.172`, where six terms of the series leave an error below `2^-40`). Near `u = 1`, `m - 1` is exact, so the result keeps its relative accuracy
+/// `ln(u)` for `u` in `[2^-24, 1]`, from `+ - * /` alone so that WGSL computes the same: `u = m 2^e` with `m` in
+/// `[sqrt(1/2), sqrt(2)]`, `ln(m) = 2 atanh(s)` with `s = (m - 1) / (m + 1)` (`|s| < 0.172`, where six terms of the
+/// series leave an error below `2^-40`). Near `u = 1`, `m - 1` is exact, so the result keeps its relative accuracy
 /// where the radius of Box-Muller is small.
 fn ln_unit(u: f32) -> f32 {
     let bits = u.to_bits();
@@ -117,24 +101,18 @@ fn ln_unit(u: f32) -> f32 {
         m *= 0.5;
         e += 1;
     }
-    let s = exact_div(m - 1.0, m + 1.0);
+    let s = (m - 1.0) / (m + 1.0);
     let s2 = s * s;
-    let p = s2 * horner(s2, &[0.333_333_34, 0.2, 0.142_857_15, 0.111_111_11, 0.090_909_09]);
-    let t = s.mul_add(p, s);
+    let p = s2 * (0.333_333_34 + s2 * (0.2 + s2 * (0.142_857_15 + s2 * (0.111_111_11 + s2 * 0.090_909_09))));
+    let t = s + s * p;
     // ln 2 in two parts: `e * LN2_HI` is exact (LN2_HI has 16 significant bits, e at most 5).
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
     let e = e as f32;
-    e.mul_add(LN2_HI, e.mul_add(LN2_LO, t + t))
+    e * LN2_HI + ((t + t) + e * LN2_LO)
 }
 
-/// `c[0] + x (c[1] + x (c[2] + ...))`, every step one `fma`: written out, so that no shader compiler is free to
-/// contract a multiply and an add differently from the host (`src/codegen/helpers.rs` spells the same steps).
-fn horner(x: f32, c: &[f32]) -> f32 {
-    c.iter().rev().copied().reduce(|acc, c| acc.mul_add(x, c)).unwrap_or(0.0)
-}
-
-/// `cos(2 pi u)` for `u` in `[0, 1)` a multiple of `2^-24`, from `+ - *` and `fma`: `4u` splits exactly into a quadrant
+/// `cos(2 pi u)` for `u` in `[0, 1)` a multiple of `2^-24`, from `+ - *` alone: `4u` splits exactly into a quadrant
 /// and a fraction `f`, the fraction is folded to `h <= 1/2` (`cos(pi/2 f) = sin(pi/2 (1 - f))`), and sine or cosine
 /// of `pi/2 h <= pi/4` is a Taylor polynomial (error below `2^-28`). The sine of a small angle keeps its relative
 /// accuracy, so values near the cosine's zeros do too.
@@ -146,8 +124,9 @@ fn cos_turn(u: f32) -> f32 {
     let h = if swap { 1.0 - f } else { f };
     let a = h * std::f32::consts::FRAC_PI_2;
     let a2 = a * a;
-    let sin = (a * a2).mul_add(horner(a2, &[-0.166_666_67, 0.008_333_334, -0.000_198_412_7, 2.755_731_9e-6]), a);
-    let cos = a2.mul_add(horner(a2, &[-0.5, 0.041_666_668, -0.001_388_888_9, 2.480_158_8e-5, -2.755_732e-7]), 1.0);
+    let sin = a + a * a2 * (-0.166_666_67 + a2 * (0.008_333_334 + a2 * (-0.000_198_412_7 + a2 * 2.755_731_9e-6)));
+    let cos =
+        1.0 + a2 * (-0.5 + a2 * (0.041_666_668 + a2 * (-0.001_388_888_9 + a2 * (2.480_158_8e-5 + a2 * -2.755_732e-7))));
     // Quadrant q: cos, -sin, -cos, sin of pi/2 f.
     let q = q as u32;
     let use_sin = (q & 1 == 1) != swap;

@@ -192,9 +192,8 @@ fn lz_u01(w: u32) -> f32 { return f32(w >> 8u) * 5.9604645e-8; }
 }
 "
         }
-        // ln and cos from `+ - *`, `fma` and corrected division and square root, step for step as `ln_unit`,
-        // `cos_turn` and `box_muller` in `src/random.rs`: WGSL's `log` and `cos` only promise an absolute error,
-        // which near their zeros is many ulp, and a compiler left to contract multiply-adds picks its own.
+        // ln and cos from `+ - * /` as `ln_unit` and `cos_turn` in `src/random.rs`: WGSL's `log` and `cos` only
+        // promise an absolute error, which near their zeros is many ulp.
         Helper::Randn => {
             "fn lz_ln_unit(u: f32) -> f32 {
     let bits = bitcast<u32>(u);
@@ -204,21 +203,12 @@ fn lz_u01(w: u32) -> f32 { return f32(w >> 8u) * 5.9604645e-8; }
         m = m * 0.5;
         e = e + 1;
     }
-    let s = lz_exact_div(m - 1.0, m + 1.0);
+    let s = (m - 1.0) / (m + 1.0);
     let s2 = s * s;
-    let p = s2 * fma(fma(fma(fma(0.09090909, s2, 0.11111111), s2, 0.14285715), s2, 0.2), s2, 0.33333334);
-    let t = fma(s, p, s);
+    let p = s2 * (0.33333334 + s2 * (0.2 + s2 * (0.14285715 + s2 * (0.11111111 + s2 * 0.09090909))));
+    let t = s + s * p;
     let ef = f32(e);
-    return fma(ef, 0.69314575, fma(ef, 1.4286068e-6, t + t));
-}
-fn lz_exact_div(n: f32, d: f32) -> f32 {
-    let q = n / d;
-    return q + fma(-q, d, n) / d;
-}
-fn lz_exact_sqrt(x: f32) -> f32 {
-    let y = sqrt(x);
-    if (y == 0.0) { return y; }
-    return y + fma(-y, y, x) / (y + y);
+    return ef * 0.69314575 + ((t + t) + ef * 1.4286068e-6);
 }
 fn lz_cos_turn(u: f32) -> f32 {
     let t = u * 4.0;
@@ -228,15 +218,15 @@ fn lz_cos_turn(u: f32) -> f32 {
     let h = select(f, 1.0 - f, swap);
     let a = h * 1.5707964;
     let a2 = a * a;
-    let sn = fma(a * a2, fma(fma(fma(2.7557319e-6, a2, -0.0001984127), a2, 0.008333334), a2, -0.16666667), a);
-    let cs = fma(a2, fma(fma(fma(fma(-2.755732e-7, a2, 2.4801588e-5), a2, -0.0013888889), a2, 0.041666668), a2, -0.5), 1.0);
+    let sn = a + a * a2 * (-0.16666667 + a2 * (0.008333334 + a2 * (-0.0001984127 + a2 * 2.7557319e-6)));
+    let cs = 1.0 + a2 * (-0.5 + a2 * (0.041666668 + a2 * (-0.0013888889 + a2 * (2.4801588e-5 + a2 * -2.755732e-7))));
     let qi = u32(q);
     let v = select(cs, sn, ((qi & 1u) == 1u) != swap);
     return select(v, -v, qi == 1u || qi == 2u);
 }
 fn lz_box_muller(a: u32, b: u32) -> f32 {
     let u1 = f32((a >> 8u) + 1u) * 5.9604645e-8;
-    return lz_exact_sqrt(-2.0 * lz_ln_unit(u1)) * lz_cos_turn(lz_u01(b));
+    return sqrt(-2.0 * lz_ln_unit(u1)) * lz_cos_turn(lz_u01(b));
 }
 fn lz_randn(x: u32, k0: u32, k1: u32) -> f32 {
     let w = lz_philox(x >> 1u, k0, k1);
