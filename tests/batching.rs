@@ -253,3 +253,52 @@ fn a_read_joins_the_held_batch_in_one_submit() {
         dev.set_queue_depth(2);
     }
 }
+
+/// Issue 24's sequence, short: different cases and sizes one after another in one process on one device, each
+/// realized several times before one `synchronize` (pipelined, the default queue depth), twice over. Every
+/// realize gives the reference's values, the repeats give the same bits, and the second pass allocates nothing.
+#[test]
+fn a_sequence_of_different_cases_in_one_process_gives_the_reference_values() {
+    type Cell = (&'static str, Vec<Tensor>, fn(&[Tensor]) -> Tensor);
+    for dev in devices() {
+        let n = 1 << 16;
+        let abc = [data(&dev, n, 11), data(&dev, n, 12), data(&dev, n, 13)];
+        let x = Tensor::from_vec_on(Rng::new(14).vec(256 * 300, -1.0, 1.0), [256, 300], &dev);
+        let (m, w) = (data(&dev, 96 * 96, 15).reshape([96, 96]), data(&dev, 96 * 96, 16).reshape([96, 96]));
+        let all: Vec<&Tensor> = abc.iter().chain([&x, &m, &w]).collect();
+        lazor::realize(&all).unwrap();
+        let cells: [Cell; 6] = [
+            ("chain3", abc.to_vec(), |t| ((&t[0] + &t[1]) * 5.0 - &t[2]) / 2.0),
+            ("chain16", abc.to_vec(), |t| {
+                let mut y = &t[0] + &t[1];
+                for i in 0..14 {
+                    y = if i % 2 == 0 { &y * 0.5 + &t[2] } else { (&y - 1.0).abs() };
+                }
+                y
+            }),
+            ("unary", abc.to_vec(), |t| ((&t[0] * 0.1).exp() + t[1].abs()).sqrt() * t[2].tanh()),
+            ("sum(1)", vec![x.clone()], |t| t[0].sum(1)),
+            ("matmul", vec![m.clone(), w.clone()], |t| t[0].matmul(&t[1])),
+            ("matmul of a transpose", vec![m.clone(), w.clone()], |t| t[0].matmul(&t[1].t())),
+        ];
+        let mut allocated = 0;
+        for pass in 0..2 {
+            for (name, inputs, f) in &cells {
+                let what = format!("{name}, pass {pass}, on {}", dev.name());
+                let results: Vec<Tensor> = (0..4).map(|_| f(inputs)).collect();
+                for r in &results {
+                    r.realize().unwrap();
+                }
+                dev.synchronize().unwrap();
+                let want = lazor::reference::eval(&[&results[0]]).remove(0);
+                let got = lazor::to_vecs(&results.iter().collect::<Vec<_>>()).unwrap();
+                assert_close(&got[0], &want, 1e-5, 1e-5, &what);
+                assert!(got.iter().all(|g| g == &got[0]), "{what}: repeats differ");
+            }
+            if pass == 0 {
+                allocated = dev.stats().buffers_allocated;
+            }
+        }
+        assert_eq!(dev.stats().buffers_allocated, allocated, "{}: the second pass allocated", dev.name());
+    }
+}

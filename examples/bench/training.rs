@@ -61,6 +61,11 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
             run: Box::new(|| keep(logits.tensor().cross_entropy(&targets))),
         },
         Case {
+            name: "`logits.logsumexp(1)`",
+            rate: Rate::Bytes((tokens * classes * 4) as u64),
+            run: Box::new(|| keep(logits.tensor().logsumexp(1))),
+        },
+        Case {
             name: "cross-entropy forward + backward",
             rate: Rate::Bytes((3 * tokens * classes * 4) as u64),
             run: Box::new(|| {
