@@ -24,6 +24,11 @@ pub enum Kind {
         axis: usize,
         /// Parameter index of the team size: threads per row, as in [`Reduce::team_at`].
         team_at: usize,
+        /// `Some(p)`: phase `p` is a `Max` fold of a value and phase `p + 1` a `Sum` fold of
+        /// `exp(value - clamp(max, f32::MIN, f32::MAX))`, logsumexp's two folds. A GPU computes both in one pass
+        /// over the row (a running maximum per thread and a sum rescaled as it grows), so a row too long to stay in
+        /// cache is read once instead of twice; the CPU backend runs the two phases as written.
+        online: Option<usize>,
     },
     /// A batched matrix product over the output's shape `[..., m, n]`, tiled, with its operands' expressions run on
     /// their loads and an elementwise epilogue before the one store.

@@ -470,3 +470,33 @@ fn cpu_column_blocks_fold_each_column_as_a_single_column_is_folded() {
     let y = Tensor::from_vec_on(w, [3, 1500, 343], &dev);
     same_ends(&y.sum(1), "blocks across the outer axis");
 }
+
+/// `logsumexp`'s two folds run in one pass over each row on a GPU (a running maximum and a rescaled sum): the same
+/// values as the reference's two passes, through every path of a rows kernel (a row streamed element by element or
+/// in vectors, or cached in registers), with rows of infinities, NaN and extreme magnitudes, and one rows kernel
+/// (the fold's one kernel plus `ln + max` after it).
+#[test]
+fn logsumexp_in_one_pass_matches_two() {
+    let mut rng = Rng::new(41);
+    // Streamed one by one (odd length), cached in registers (4096 in vectors), streamed in vectors (4104), long.
+    for (rows, cols) in [(64, 2513), (16, 4096), (64, 4104), (1024, 9001)] {
+        let mut v = rng.vec(rows * cols, -30.0, 30.0);
+        let row = |r: usize, v: &mut Vec<f32>, f: &dyn Fn(usize) -> f32| (0..cols).for_each(|c| v[r * cols + c] = f(c));
+        row(0, &mut v, &|_| f32::NEG_INFINITY);
+        row(1, &mut v, &|c| if c == cols / 2 { f32::INFINITY } else { 1.0 });
+        row(2, &mut v, &|c| if c == 3 { f32::NAN } else { 0.5 });
+        row(3, &mut v, &|c| if c % 7 == 0 { 3e38 } else { -3e38 });
+        row(4, &mut v, &|c| -1e30 - c as f32);
+        // The maximum arrives last, so the running sum is rescaled at the end of the row.
+        row(5, &mut v, &|c| c as f32 / cols as f32 * 80.0);
+        for dev in both_paths() {
+            let x = Tensor::from_slice_on(&v, [rows, cols], &dev);
+            x.realize().unwrap();
+            let what = format!("logsumexp of [{rows}, {cols}] on {}", dev.name());
+            // A fresh expression for the check: the reference reads a realized tensor's buffer as its value.
+            check(&x.logsumexp(1), 2e-6, 1e-6, &what);
+            let y = x.logsumexp(1);
+            assert_eq!(dispatches(&dev, || y.realize().unwrap()), 2, "{what}");
+        }
+    }
+}

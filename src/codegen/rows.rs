@@ -13,7 +13,7 @@ use crate::kernel::{Instr, Kernel, Kind, Phase};
 
 /// The WGSL source of a rows kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
-    let Kind::Rows { axis, team_at } = k.kind else { unreachable!("a rows kernel") };
+    let Kind::Rows { axis, team_at, online } = k.kind else { unreachable!("a rows kernel") };
     let mut e = Emitter::new(k, target);
     let at = k.dims_at.expect("rows kernels have coordinates");
     let dim = |d: usize| format!("p[{}]", at + d);
@@ -40,7 +40,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         }
     }
     if cached.is_empty() {
-        phases(&mut e, axis, 1, false);
+        phases(&mut e, axis, 1, false, online);
     } else {
         // The condition reads the parameters only: uniform, so the barriers in both branches stay legal.
         e.line(1, &format!("if ({} / 4u <= team * {UNROLL}u) {{", dim(axis)));
@@ -56,9 +56,9 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
             e.line(3, "}");
             e.line(2, "}");
         }
-        phases(&mut e, axis, 2, true);
+        phases(&mut e, axis, 2, true, online);
         e.line(1, "} else {");
-        phases(&mut e, axis, 2, false);
+        phases(&mut e, axis, 2, false, online);
         e.line(1, "}");
     }
     e.out.push_str("}\n");
@@ -75,16 +75,38 @@ fn step(e: &mut Emitter, axis: usize, u: usize, depth: usize) {
     own_index(e, axis, "r", depth + 2);
 }
 
-/// The kernel's phases in order, streaming the row or (`cached`) reading it from `rc{input}`.
-fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool) {
+/// The kernel's phases in order, streaming the row or (`cached`) reading it from `rc{input}`; phases `online` and
+/// the next in one pass ([`Kind::Rows`]).
+fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool, online: Option<usize>) {
     let k = e.k;
     // Wide (the row a whole number of vectors, every read allowing it): each step takes 4 adjacent elements.
     let wide = e.wide;
     let end = if wide { "n / 4u" } else { "n" };
     // Folds are numbered among folds (as `Instr::Folded` counts them), not among phases.
     let mut n = 0;
-    for phase in &k.phases {
+    for (p, phase) in k.phases.iter().enumerate() {
+        if online.is_some_and(|o| p == o + 1) {
+            continue;
+        }
         match phase {
+            Phase::Fold { body, value, output, .. } if online == Some(p) => {
+                let Phase::Fold { output: sum_output, .. } = &k.phases[p + 1] else { unreachable!("a fold pair") };
+                super::online::logsumexp(
+                    e,
+                    axis,
+                    (body.clone(), *value),
+                    [*output, *sum_output],
+                    n,
+                    end,
+                    depth,
+                    cached,
+                );
+                if wide {
+                    e.wide = true;
+                    e.b.set_width(4);
+                }
+                n += 2;
+            }
             Phase::Fold { op, body, value, output } => {
                 let fold = Fold { op: *op, axis, body: body.clone(), value: *value };
                 let dt = k.types[*value];

@@ -665,4 +665,34 @@ mod tests {
         assert_eq!(softmax(258), 1, "not a multiple of 4");
         assert_eq!(softmax(32), 1, "too short to gain");
     }
+
+    /// `logsumexp` as `Tensor::logsumexp` builds it: a `Max` fold, clamped, then a `Sum` fold of `exp(x - m)`.
+    fn logsumexp(g: &mut Graph, rows: usize, cols: usize, low: f32) -> NodeId {
+        let x = data(g, &[rows, cols]);
+        let m = fold(g, crate::op::ReduceOp::Max, x, 1);
+        let (lo, hi) = (scalar(g, low), scalar(g, f32::MAX));
+        let c = bin(g, BinaryOp::Max, m, lo);
+        let c = bin(g, BinaryOp::Min, c, hi);
+        let d = bin(g, BinaryOp::Sub, x, c);
+        let e = un(g, UnaryOp::Exp, d);
+        let sum = fold(g, crate::op::ReduceOp::Sum, e, 1);
+        let l = un(g, UnaryOp::Ln, sum);
+        bin(g, BinaryOp::Add, l, c)
+    }
+
+    #[test]
+    fn logsumexps_two_folds_are_marked_for_one_pass() {
+        // Long rows too, as long as there are enough of them for a pass per row.
+        for (rows, cols) in [(8, 7), (8, 256), (1024, 9000)] {
+            let mut g = Graph::default();
+            let out = logsumexp(&mut g, rows, cols, f32::MIN);
+            let p = plan(&g, &[out], &FUSE);
+            assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { online: Some(0), .. }), "{cols} columns");
+        }
+        // Another clamp is not logsumexp's: two passes.
+        let mut g = Graph::default();
+        let out = logsumexp(&mut g, 8, 256, -1.0);
+        let p = plan(&g, &[out], &FUSE);
+        assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { online: None, .. }));
+    }
 }

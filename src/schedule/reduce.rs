@@ -4,8 +4,9 @@
 
 use super::lower::{kernel, GroupCtx, Lowerer};
 use crate::dtype::DType;
-use crate::graph::{NodeId, Op};
+use crate::graph::{Graph, NodeId, Op};
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase, Reduce};
+use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::shape::Shape;
 
 /// Elements one chunk should cover at least, so that partial folds are worth their round trip: a workgroup folds
@@ -142,8 +143,11 @@ pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &domain, rows), slot);
     l.need_coords();
     let team_at = l.param(team(domain.dims()[axis]));
-    l.k.kind = Kind::Rows { axis, team_at };
+    l.k.kind = Kind::Rows { axis, team_at, online: None };
     l.row_axis = Some(axis);
+    // The member each phase computes, to find logsumexp's pair of folds.
+    let mut phase_of: Vec<NodeId> = Vec::new();
+    let mut online = None;
     for &member in &grp.members {
         // Each phase loops over the row on its own: nothing computed in one is reused in another.
         l.set_domain(&domain, None);
@@ -153,7 +157,13 @@ pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
             let dt = graph.node(input).dtype;
             let value = folded_value(&mut l, &domain, op, dt, &mut |l: &mut Lowerer| l.root(input, &domain))?;
             let output = l.output(member, value, written);
+            if let Some(&prev) = phase_of.last() {
+                if online.is_none() && logsumexp_pair(graph, prev, member) {
+                    online = Some(phase_of.len() - 1);
+                }
+            }
             l.k.phases.push(Phase::Fold { op, body: lo..l.k.body.len(), value, output });
+            phase_of.push(member);
             let phase = l.folds.len();
             l.folds.insert(member, phase);
             l.k.fused_ops += 1;
@@ -161,10 +171,38 @@ pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
             let value = l.root(member, &domain)?;
             let outputs = l.output(member, value, written).into_iter().collect();
             l.k.phases.push(Phase::Map { body: lo..l.k.body.len(), outputs });
+            phase_of.push(member);
         }
     }
+    l.k.kind = Kind::Rows { axis, team_at, online };
     // Every phase reads the row 4 elements at a time where the row and its reads allow.
     let len = l.k.body.len();
     l.vectorize_fold(len, axis);
     Ok(l.k)
+}
+
+/// Whether fold `sum` folds `exp(x - clamp(max, f32::MIN, f32::MAX))` where fold `max` is the maximum of the same
+/// f32 `x` along the same axis: the two folds of `Tensor::logsumexp`, which a GPU computes in one pass
+/// ([`Kind::Rows`]'s `online`).
+fn logsumexp_pair(graph: &Graph, max: NodeId, sum: NodeId) -> bool {
+    let bare = |mut id: NodeId| {
+        while let Op::View(_, src) = graph.node(id).op {
+            id = src;
+        }
+        id
+    };
+    let constant = |id: NodeId, v: f32| matches!(graph.node(bare(id)).op, Op::Const(bits) if bits == v.to_bits());
+    let (Op::Reduce(ReduceOp::Max, x, axis), Op::Reduce(ReduceOp::Sum, e, axis2)) =
+        (&graph.node(max).op, &graph.node(sum).op)
+    else {
+        return false;
+    };
+    if axis != axis2 || graph.node(*x).dtype != DType::F32 {
+        return false;
+    }
+    let Op::Unary(UnaryOp::Exp, d) = graph.node(*e).op else { return false };
+    let Op::Binary(BinaryOp::Sub, x2, c) = graph.node(d).op else { return false };
+    let Op::Binary(BinaryOp::Min, c1, hi) = graph.node(bare(c)).op else { return false };
+    let Op::Binary(BinaryOp::Max, m, lo) = graph.node(bare(c1)).op else { return false };
+    x2 == *x && bare(m) == max && constant(lo, f32::MIN) && constant(hi, f32::MAX)
 }
