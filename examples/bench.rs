@@ -10,6 +10,7 @@
 //! cargo run --release --example bench -- views        # only the views section (or `elementwise`)
 //! cargo run --release --example bench -- reductions   # only the reductions section
 //! cargo run --release --example bench -- cpu          # only the CPU-backend section
+//! cargo run --release --example bench -- cpu-views    # only the CPU section's views table (bench/cpu_views.rs)
 //! cargo run --release --example bench -- matmul       # only the matmul section
 //! cargo run --release --example bench -- dtypes       # only the element-type section
 //! cargo run --release --example bench -- random       # only the random-numbers section (bench/random.rs)
@@ -32,7 +33,8 @@
 //! The CPU section runs chain3, chain16 and unary at 2^20 and 2^24 elements on `Device::cpu()`, fused, against a
 //! hand-written rayon loop of the same math (timed alternately with lazor, run by run), the same graph on
 //! `Device::new()` (lavapipe where there is no GPU; sizes it cannot bind skipped with a note), the expression in
-//! ndarray, and lazor unfused; then `x.sum(-1)` and `x.softmax(-1)` of `[4096, 4096]` against ndarray.
+//! ndarray, and lazor unfused; then `x.sum(-1)` and `x.softmax(-1)` of `[4096, 4096]` against ndarray; then
+//! `a.t() + &b` and `cat` of `[n, n]` inputs along axis 0 and 1 against `a * 2`, per element (n = 1024 and 4096).
 //!
 //! Knobs (environment):
 //! - `LAZOR_BENCH_RUNS` (default 20): timed runs per cell, after warm-up; tables show the median.
@@ -43,6 +45,7 @@
 //!   (transpose_add runs the even ones, as squares).
 //! - `LAZOR_BENCH_REDUCE_SIZES` (`small` or `full`): the reductions' sizes; default `small` on a CPU adapter.
 //! - `LAZOR_BENCH_CPU_LOG2` (default `20,24`): elements of the CPU section's elementwise cases, powers of two.
+//! - `LAZOR_BENCH_CPU_VIEW_SIDE`: the one side `n` of the CPU views table (default: 1024 and 4096).
 //! - `LAZOR_BACKEND`, `LAZOR_ADAPTER`: as for lazor itself.
 //!
 //! Every elementwise case reads three f32 inputs and writes one f32 output, so the fused ideal moves 16 bytes per
@@ -56,6 +59,8 @@ mod check;
 mod common;
 #[path = "bench/cpu.rs"]
 mod cpu;
+#[path = "bench/cpu_views.rs"]
+mod cpu_views;
 #[path = "bench/dtypes.rs"]
 mod dtypes;
 #[path = "bench/elementwise.rs"]
@@ -112,11 +117,12 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    const SECTIONS: [&str; 11] = [
+    const SECTIONS: [&str; 12] = [
         "elementwise",
         "views",
         "reductions",
         "cpu",
+        "cpu-views",
         "matmul",
         "dtypes",
         "life",
@@ -126,7 +132,7 @@ fn main() -> ExitCode {
         "shapes",
     ];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [matmul] [dtypes] [life] [random] [training] [steady] [shapes] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [cpu-views] [matmul] [dtypes] [life] [random] [training] [steady] [shapes] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -140,6 +146,10 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     if wanted("cpu") && !cpu::run() {
+        return ExitCode::FAILURE;
+    }
+    // Only the CPU section's views table (`cpu` runs it too, last).
+    if args.iter().any(|a| a == "cpu-views") && !cpu_views::run(&Device::cpu(), &Config::from_env(Vec::new(), 1)) {
         return ExitCode::FAILURE;
     }
     if wanted("matmul") {

@@ -334,5 +334,5 @@ pub fn run() -> bool {
             r.lazor.runs
         );
     }
-    true
+    crate::cpu_views::run(&cpu, &cfg)
 }

@@ -2,7 +2,9 @@
 
 // Batch-sized loops the compiler vectorizes, and no temporaries of the tensor's size.
 
-use super::regs::{operands, Plan, Step};
+use super::cat::{cat, Scratch};
+use super::regs::{Plan, Step};
+use super::runs::{read_strided, view_at, Runs};
 use super::simd;
 use crate::dtype::{Class, DType};
 use crate::kernel::{Access, Instr, Kernel};
@@ -13,13 +15,8 @@ use std::ops::Range;
 /// Elements each instruction is applied to at once: a few kilobytes per register, so a kernel's registers stay in
 /// the L1 and L2 caches while streams from memory stay long enough to prefetch (1024 measured best of 256-2048).
 pub(super) const BATCH: usize = 1024;
-/// Outputs of at least this many bytes are written with non-temporal stores ([`simd::stream`]): they would not
-/// stay in the cache anyway.
-const STREAM_BYTES: usize = 8 << 20;
 /// Inputs of at least this many bytes have each window prefetched a batch ahead: past the L2 cache.
 const PREFETCH_BYTES: usize = 1 << 20;
-/// Elements one parallel task covers.
-const TASK: usize = 32 * BATCH;
 
 /// Runs `f` for every task index, in parallel on rayon's pool, or in order when called from one of its threads:
 /// a pool thread waiting on nested tasks may run one of its caller's other tasks, which could lock this device
@@ -59,13 +56,19 @@ pub(super) enum Own {
     From(usize),
     /// At these indices.
     At(Vec<usize>),
+    /// Per run, from its `own` by its `own_step` (a tile of a transposing map, a part of a concatenation).
+    Runs,
 }
 
-/// A batch of elements: their coordinates (per axis, one per element) and own indices.
+/// A batch of elements: their coordinates (as runs, where the body reads them) and own indices.
 pub(super) struct Batch {
     pub(super) len: usize,
     pub(super) own: Own,
-    pub(super) coords: Vec<Vec<i64>>,
+    pub(super) runs: Runs,
+    /// Where the batch starts in the staged values of a tiled map ([`Window::Staged`]).
+    pub(super) staged_at: usize,
+    /// How far the next batch's own indices are on from this one's: where windows are prefetched.
+    pub(super) ahead: usize,
     /// In a reduce kernel's epilogue: each element's folded value.
     pub(super) folded: Vec<f32>,
     /// In a rows kernel: the row's folds so far.
@@ -74,33 +77,24 @@ pub(super) struct Batch {
 
 impl Batch {
     pub(super) fn empty() -> Batch {
-        Batch { len: 0, own: Own::From(0), coords: Vec::new(), folded: Vec::new(), folds: Vec::new() }
+        Batch {
+            len: 0,
+            own: Own::From(0),
+            runs: Runs::default(),
+            staged_at: 0,
+            ahead: 0,
+            folded: Vec::new(),
+            folds: Vec::new(),
+        }
     }
 
     /// Becomes elements `lo..hi` of `k`'s row-major order, reusing its vectors.
-    fn fill(&mut self, k: &Kernel, lo: usize, hi: usize) {
+    pub(super) fn fill(&mut self, k: &Kernel, lo: usize, hi: usize) {
         self.len = hi - lo;
         self.own = Own::From(lo);
-        if k.dims_at.is_none() {
-            return;
-        }
-        let dims = k.shape.dims();
-        self.coords.resize(dims.len(), Vec::new());
-        let mut c = unravel(lo, dims);
-        for axis in &mut self.coords {
-            axis.clear();
-        }
-        for _ in lo..hi {
-            for (axis, v) in self.coords.iter_mut().zip(&c) {
-                axis.push(*v);
-            }
-            for d in (0..dims.len()).rev() {
-                c[d] += 1;
-                if c[d] < dims[d] as i64 || d == 0 {
-                    break;
-                }
-                c[d] = 0;
-            }
+        self.ahead = self.len;
+        if k.dims_at.is_some() {
+            self.runs.row_major(k.shape.dims(), lo, hi);
         }
     }
 }
@@ -126,16 +120,18 @@ pub(super) fn param(k: &Kernel, at: usize) -> i64 {
 
 /// A kernel being run: its IR, its inputs (words, as stored), and where each concatenation's parts start.
 pub(super) struct Ctx<'a> {
-    k: &'a Kernel,
-    inputs: &'a [&'a [f32]],
+    pub(super) k: &'a Kernel,
+    pub(super) inputs: &'a [&'a [f32]],
     /// Inputs whose elements are 32-bit words, read in place; narrower ones are widened to lanes as they load.
     word_inputs: Vec<bool>,
     /// For each instruction, the concatenations whose parts start there (outermost last).
     cats: Vec<Vec<usize>>,
     /// For each strided load, its strides and offset, read from the parameters once.
-    views: Vec<Option<(Vec<i64>, i64)>>,
+    pub(super) views: Vec<Option<(Vec<i64>, i64)>>,
     /// Registers, pairs and vector reads (see [`Plan`]).
-    plan: Plan,
+    pub(super) plan: Plan,
+    /// For each load a tiled map stages ([`super::map`]), its slot in [`Regs::staged`].
+    pub(super) staged: Vec<Option<usize>>,
     /// For each input, whether its windows are prefetched a batch ahead: those too large to stay in the caches.
     prefetch: Vec<bool>,
 }
@@ -161,7 +157,8 @@ impl<'a> Ctx<'a> {
             .collect();
         let word_inputs = k.in_types.iter().map(|d| d.size_in_bytes() == 4).collect();
         let prefetch = inputs.iter().map(|i| i.len() * 4 >= PREFETCH_BYTES).collect();
-        Ctx { k, inputs, word_inputs, cats, views, plan: Plan::new(k), prefetch }
+        let staged = vec![None; k.body.len()];
+        Ctx { k, inputs, word_inputs, cats, views, plan: Plan::new(k), prefetch, staged }
     }
 
     /// Fills `out[j]` with element `at(j)` of input `n`, as lanes: 32-bit elements are copied, narrower ones
@@ -175,29 +172,91 @@ impl<'a> Ctx<'a> {
             out.iter_mut().enumerate().for_each(|(j, o)| *o = f32::from_bits(dt.load(words, at(j))));
         }
     }
+
+    /// Fills `out` with elements `base + j * step` of input `n`, as lanes.
+    fn read(&self, n: usize, base: i64, step: i64, out: &mut [f32]) {
+        if self.word_inputs[n] {
+            read_strided(self.inputs[n], base, step, out);
+        } else {
+            self.gather(n, out, |j| (base + j as i64 * step) as usize);
+        }
+    }
+
+    /// Fills `out` with input `n` read through a view (`strides`, `offset`) at the batch's coordinates: a strided
+    /// read per run.
+    fn read_view(&self, n: usize, (strides, offset): &(Vec<i64>, i64), batch: &Batch, out: &mut [f32]) {
+        for (run, start) in batch.runs.iter() {
+            let (base, step) = view_at(strides, *offset, run, start);
+            self.read(n, base, step, &mut out[run.at..run.at + run.len]);
+        }
+    }
+
+    /// Where load `i` finds the batch's values as one stretch of its input, when it does: at the own index of a
+    /// batch of consecutive elements, or through a view stepping by 1 along a batch of one run (a row of a slice or
+    /// of a concatenation's part). The load is then a window of the input, not a copy.
+    fn window(&self, i: usize, batch: &Batch) -> Option<usize> {
+        let Instr::Load { input, view, .. } = &self.k.body[i] else { return None };
+        if !self.word_inputs[*input] {
+            return None;
+        }
+        let (base, step) = match (view, &batch.own) {
+            (None, Own::From(lo)) => return Some(*lo),
+            (None, Own::Runs) => {
+                let (run, _) = batch.runs.single()?;
+                (run.own as i64, if run.len > 1 { run.own_step as i64 } else { 1 })
+            }
+            (None, Own::At(_)) => return None,
+            (Some(_), _) => {
+                let (run, start) = batch.runs.single()?;
+                let (strides, offset) = self.views[i].as_ref().expect("a strided load's view");
+                let (base, step) = view_at(strides, *offset, run, start);
+                (base, if run.len > 1 { step } else { 1 })
+            }
+        };
+        (step == 1 && base >= 0).then_some(base as usize)
+    }
 }
 
-/// Each instruction's values over the current batch: computed into its register, or, for a load at the kernel's
-/// own index over consecutive elements, a window of the input itself (no copy).
+/// Where a load's values over a batch are, when not in its register: a stretch of input `.0` from element `.1`
+/// ([`Ctx::window`]), or of staged values `.0` ([`Regs::staged`]) from element `.1`.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Window {
+    Input(usize, usize),
+    Staged(usize, usize),
+}
+
+/// Each instruction's values over the current batch: computed into its register, or, for a load that reads one
+/// stretch of its input or was staged, a window of those values (no copy).
 pub(super) struct Regs {
     /// Per register (see [`Plan`]).
-    vals: Vec<Vec<f32>>,
+    pub(super) vals: Vec<Vec<f32>>,
     /// Per instruction.
-    window: Vec<Option<(usize, usize)>>,
+    pub(super) window: Vec<Option<Window>>,
+    /// Loads a tiled map reads transposed into a tile's order ahead of its batches, one vector per staged load.
+    pub(super) staged: Vec<Vec<f32>>,
     /// For scalar registers: the length they were last filled to.
-    filled: Vec<usize>,
+    pub(super) filled: Vec<usize>,
+    /// Scratch of concatenations' parts, kept from batch to batch (one per nesting level in use).
+    pub(super) spare: Vec<Scratch>,
 }
 
 impl Regs {
     pub(super) fn new(ctx: &Ctx) -> Regs {
         let slots = ctx.plan.slots;
-        Regs { vals: vec![Vec::new(); slots], window: vec![None; ctx.k.body.len()], filled: vec![0; slots] }
+        Regs {
+            vals: vec![Vec::new(); slots],
+            window: vec![None; ctx.k.body.len()],
+            filled: vec![0; slots],
+            spare: Vec::new(),
+            staged: vec![Vec::new(); ctx.staged.iter().flatten().count()],
+        }
     }
 
     /// The values of instruction `i` over a batch of `len` elements.
     pub(super) fn get<'a>(&'a self, ctx: &'a Ctx, i: usize, len: usize) -> &'a [f32] {
         match self.window[i] {
-            Some((input, lo)) => &ctx.inputs[input][lo..lo + len],
+            Some(Window::Input(input, lo)) => &ctx.inputs[input][lo..lo + len],
+            Some(Window::Staged(s, lo)) => &self.staged[s][lo..lo + len],
             None => &self.vals[ctx.plan.slot[i]],
         }
     }
@@ -215,15 +274,19 @@ pub(super) fn eval(ctx: &Ctx, range: Range<usize>, batch: &Batch, regs: &mut Reg
             i = q + 1;
             continue;
         }
-        if let (Instr::Load { input, view: None, .. }, Own::From(lo)) = (&k.body[i], &batch.own) {
-            if ctx.word_inputs[*input] {
-                regs.window[i] = Some((*input, *lo));
-                if ctx.prefetch[*input] {
-                    prefetch(ctx.inputs[*input], lo + n, n);
-                }
-                i += 1;
-                continue;
+        if let Some(s) = ctx.staged[i] {
+            regs.window[i] = Some(Window::Staged(s, batch.staged_at));
+            i += 1;
+            continue;
+        }
+        if let Some(lo) = ctx.window(i, batch) {
+            let Instr::Load { input, .. } = k.body[i] else { unreachable!("windows are loads") };
+            regs.window[i] = Some(Window::Input(input, lo));
+            if ctx.prefetch[input] {
+                prefetch(ctx.inputs[input], lo + batch.ahead, n);
             }
+            i += 1;
+            continue;
         }
         regs.window[i] = None;
         let skip = match ctx.plan.step[i] {
@@ -263,22 +326,36 @@ fn instr(ctx: &Ctx, i: usize, batch: &Batch, regs: &mut Regs, out: &mut [f32]) {
     let dt = k.types[i];
     match &k.body[i] {
         Instr::Load { input, view: None, .. } => match &batch.own {
-            Own::From(lo) => ctx.gather(*input, out, |j| lo + j),
+            Own::From(lo) => ctx.read(*input, *lo as i64, 1, out),
             Own::At(at) => ctx.gather(*input, out, |j| at[j]),
+            Own::Runs => {
+                for (run, _) in batch.runs.iter() {
+                    ctx.read(*input, run.own as i64, run.own_step as i64, &mut out[run.at..run.at + run.len]);
+                }
+            }
         },
         Instr::Load { input, view: Some(_), access } => {
             debug_assert!(!matches!(access, Access::Own));
-            let (strides, offset) = ctx.views[i].as_ref().expect("a strided load's view");
-            ctx.gather(*input, out, |j| view_index(&batch.coords, j, strides, *offset));
+            ctx.read_view(*input, ctx.views[i].as_ref().expect("a strided load's view"), batch, out);
         }
         Instr::Index { view: None } => match &batch.own {
             Own::From(lo) => out.iter_mut().enumerate().for_each(|(j, o)| *o = f32::from_bits((lo + j) as u32)),
             Own::At(at) => out.iter_mut().zip(at).for_each(|(o, &j)| *o = f32::from_bits(j as u32)),
+            Own::Runs => {
+                for (run, _) in batch.runs.iter() {
+                    for (j, o) in out[run.at..run.at + run.len].iter_mut().enumerate() {
+                        *o = f32::from_bits((run.own + j * run.own_step) as u32);
+                    }
+                }
+            }
         },
         Instr::Index { view: Some(_) } => {
             let (strides, offset) = ctx.views[i].as_ref().expect("an index's view");
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = f32::from_bits(view_index(&batch.coords, j, strides, *offset) as u32);
+            for (run, start) in batch.runs.iter() {
+                let (base, step) = view_at(strides, *offset, run, start);
+                for (j, o) in out[run.at..run.at + run.len].iter_mut().enumerate() {
+                    *o = f32::from_bits((base + j as i64 * step) as u32);
+                }
             }
         }
         Instr::Cast(a) => {
@@ -378,16 +455,6 @@ fn prefetch(v: &[f32], at: usize, len: usize) {
     }
 }
 
-/// The element index a strided read reaches at element `j` of a batch.
-#[inline]
-fn view_index(coords: &[Vec<i64>], j: usize, strides: &[i64], offset: i64) -> usize {
-    let mut at = offset;
-    for (c, s) in coords.iter().zip(strides) {
-        at += c[j] * s;
-    }
-    at as usize
-}
-
 /// Whether an instruction reads the batch's coordinates.
 pub(super) fn needs_coords(i: &Instr) -> bool {
     matches!(i, Instr::Load { view: Some(_), .. } | Instr::Index { view: Some(_) } | Instr::Cat { .. })
@@ -413,105 +480,4 @@ pub(super) unsafe fn store(out: Out, dt: DType, at: usize, lanes: &[f32]) {
             }
         }
     }
-}
-
-/// Evaluates the concatenation at instruction `q`: each part on the elements whose selecting coordinate falls in it.
-fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
-    let k = ctx.k;
-    let Instr::Cat { axis, parts, .. } = &k.body[q] else { unreachable!() };
-    let mut out = vec![0.0; batch.len];
-    let mut taken = vec![false; batch.len];
-    for part in parts {
-        let bound = param(k, part.bound);
-        let at: Vec<usize> = (0..batch.len).filter(|&j| !taken[j] && batch.coords[*axis][j] < bound).collect();
-        if at.is_empty() {
-            continue;
-        }
-        let frame = k.frames[part.frame - 1];
-        let shift = param(k, frame.shift);
-        let coords = batch
-            .coords
-            .iter()
-            .enumerate()
-            .map(|(d, c)| at.iter().map(|&j| if d == frame.axis { c[j] - shift } else { c[j] }).collect())
-            .collect();
-        let own = match &batch.own {
-            Own::From(lo) => Own::At(at.iter().map(|&j| lo + j).collect()),
-            Own::At(idx) => Own::At(at.iter().map(|&j| idx[j]).collect()),
-        };
-        let folded = if batch.folded.is_empty() { Vec::new() } else { at.iter().map(|&j| batch.folded[j]).collect() };
-        let sub = Batch { len: at.len(), own, coords, folded, folds: batch.folds.clone() };
-        // Values from outside the part that it reads, narrowed to its elements.
-        let mut sub_regs = Regs::new(ctx);
-        for instr in &k.body[part.body.clone()] {
-            for o in operands(instr) {
-                if o < part.body.start && sub_regs.vals[ctx.plan.slot[o]].is_empty() {
-                    let values = regs.get(ctx, o, batch.len);
-                    sub_regs.vals[ctx.plan.slot[o]] = at.iter().map(|&j| values[j]).collect();
-                }
-            }
-        }
-        eval(ctx, part.body.clone(), &sub, &mut sub_regs);
-        let values = sub_regs.get(ctx, part.value, at.len());
-        for (n, &j) in at.iter().enumerate() {
-            out[j] = values[n];
-            taken[j] = true;
-        }
-    }
-    regs.window[q] = None;
-    regs.vals[ctx.plan.slot[q]] = out;
-}
-
-/// Runs an elementwise kernel.
-pub(super) fn elementwise(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
-    let values: Vec<usize> = k.outputs.iter().map(|&(_, v)| v).collect();
-    map(k, 0..k.body.len(), inputs, &values, &k.out_types, outputs, None);
-}
-
-/// Runs instructions `range` of `k` at every element of its shape, storing the values of instructions `values` as
-/// `types` to `outputs` at the element's row-major index; `reduced`, if given, is [`Instr::Reduced`] at each
-/// element.
-pub(super) fn map(
-    k: &Kernel,
-    range: Range<usize>,
-    inputs: &[&[f32]],
-    values: &[usize],
-    types: &[DType],
-    outputs: &mut [&mut [f32]],
-    reduced: Option<&[f32]>,
-) {
-    let ctx = Ctx::new(k, inputs);
-    let numel = k.shape.numel();
-    let outs: Vec<Out> = outputs.iter_mut().map(|o| Out(o.as_mut_ptr())).collect();
-    let stream = numel * 4 >= STREAM_BYTES;
-    tasks_with(
-        numel.div_ceil(TASK),
-        || (Regs::new(&ctx), Batch::empty()),
-        |(regs, batch), t| {
-            let end = numel.min((t + 1) * TASK);
-            for lo in (t * TASK..end).step_by(BATCH) {
-                let hi = end.min(lo + BATCH);
-                batch.fill(k, lo, hi);
-                if let Some(r) = reduced {
-                    batch.folded.clear();
-                    batch.folded.extend_from_slice(&r[lo..hi]);
-                }
-                eval(&ctx, range.clone(), batch, regs);
-                for ((o, &v), &dt) in outs.iter().zip(values).zip(types) {
-                    let lanes = regs.get(&ctx, v, hi - lo);
-                    // SAFETY: tasks write disjoint ranges `lo..hi` of outputs of `numel` elements.
-                    unsafe {
-                        if stream && dt.size_in_bytes() == 4 {
-                            simd::stream(o.at(lo), lanes)
-                        } else {
-                            store(*o, dt, lo, lanes)
-                        }
-                    };
-                }
-            }
-            if stream {
-                simd::stream_fence();
-            }
-        },
-    );
 }

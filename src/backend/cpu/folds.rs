@@ -1,6 +1,7 @@
 //! Reduce and rows kernels on the CPU: folds per (block of outputs, chunk), phases per row, in a fixed tree order.
 
 use super::eval::{eval, needs_coords, ravel, store, tasks_with, unravel, Batch, Ctx, Out, Own, Regs, BATCH};
+use super::runs::{Run, Runs};
 use super::simd;
 use crate::dtype::{Class, DType};
 use crate::kernel::{Kernel, Kind, Phase};
@@ -79,7 +80,8 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             let (lo, hi) = (j * len, n.min(j * len + len));
             let mut folded = Vec::with_capacity(block.len());
             // The epilogue runs at the outputs' coordinates (the folded axis at 0, as `out_dims` has it).
-            let mut coords = vec![Vec::with_capacity(block.len()); if r.partial { 0 } else { dims.len() }];
+            let mut runs = Runs::default();
+            runs.clear(dims.len());
             let bases: Vec<Vec<i64>> = block.clone().map(|o| unravel(o, &out_dims)).collect();
             let accs = if r.rows || block.len() < COLUMNS_MIN {
                 bases.iter().map(|base| walk.one(&folding, base, lo..hi, batch, regs)).collect()
@@ -94,16 +96,16 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
                     // SAFETY: each (output, chunk) pair is written by exactly one task.
                     unsafe { store(outs[0], k.out_types[0], at, &[acc]) };
                 } else {
-                    for (axis, &c) in coords.iter_mut().zip(&base) {
-                        axis.push(c);
-                    }
+                    runs.push_point(&base);
                     folded.push(acc);
                 }
             }
             if r.partial {
                 return;
             }
-            let batch = Batch { len: block.len(), own: Own::From(block.start), coords, folded, folds: Vec::new() };
+            let own = Own::From(block.start);
+            let batch =
+                Batch { len: block.len(), own, runs, staged_at: 0, ahead: block.len(), folded, folds: Vec::new() };
             eval(&ctx, r.prologue..k.body.len(), &batch, regs);
             for ((o, &(_, v)), &dt) in outs.iter().zip(&k.outputs).zip(&k.out_types) {
                 // SAFETY: blocks of outputs are disjoint between tasks (a final fold has one chunk). Narrow outputs:
@@ -145,7 +147,7 @@ impl Walk<'_> {
         let mut acc = f32::from_bits(f.op.identity_lane(lanes));
         for s in range.clone().step_by(BATCH) {
             let e = range.end.min(s + BATCH);
-            batch.along(self.dims, self.axis, self.rows, base, s..e, self.strided);
+            batch.along(self.dims, self.axis, self.rows, base, s..e);
             eval(self.ctx, f.body.clone(), batch, regs);
             acc = combine(f.op, lanes, acc, tree(f.op, lanes, regs.get(self.ctx, f.value, e - s)));
         }
@@ -174,10 +176,11 @@ impl Walk<'_> {
         let first: Vec<usize> = bases.iter().map(|b| ravel(b, dims)).collect();
         let adjacent = first.windows(2).all(|w| w[1] == w[0] + 1);
         batch.len = n;
-        batch.coords.resize(if strided { dims.len() } else { 0 }, Vec::new());
-        for (d, c) in batch.coords.iter_mut().enumerate() {
-            c.clear();
-            c.extend(bases.iter().map(|b| b[d]));
+        // The next step along the axis.
+        batch.ahead = inner;
+        batch.runs.clear(dims.len());
+        if strided {
+            bases.iter().for_each(|b| batch.runs.push_point(b));
         }
         let op = f.op;
         let mut acc = vec![f32::from_bits(op.identity_lane(lanes)); n];
@@ -194,7 +197,7 @@ impl Walk<'_> {
                     batch.own_at(first.iter().map(|&i| i + s * inner));
                 }
                 if strided {
-                    batch.coords[axis].iter_mut().for_each(|c| *c = s as i64);
+                    batch.runs.set_axis(axis, s as i64);
                 }
                 eval(ctx, f.body.clone(), batch, regs);
                 let values = regs.get(ctx, f.value, n);
@@ -224,7 +227,7 @@ impl Batch {
     fn own_at(&mut self, at: impl Iterator<Item = usize>) {
         let mut v = match std::mem::replace(&mut self.own, Own::From(0)) {
             Own::At(v) => v,
-            Own::From(_) => Vec::new(),
+            Own::From(_) | Own::Runs => Vec::new(),
         };
         v.clear();
         v.extend(at);
@@ -232,25 +235,19 @@ impl Batch {
     }
 
     /// Becomes the elements `range` along the folded axis at the output whose coordinates are `base` (the axis at
-    /// 0), reusing its vectors. Coordinates are made only when the body reads through a view (`coords`); when the folded elements
-    /// are adjacent (`rows`) they are a window of the inputs.
-    fn along(&mut self, dims: &[usize], axis: usize, rows: bool, base: &[i64], range: Range<usize>, coords: bool) {
+    /// 0), reusing its vectors: one run. When the folded elements are adjacent (`rows`) they are a window of the
+    /// inputs.
+    fn along(&mut self, dims: &[usize], axis: usize, rows: bool, base: &[i64], range: Range<usize>) {
         self.len = range.len();
         let stride: usize = dims[axis + 1..].iter().product();
         let first = ravel(base, dims) + range.start * stride;
-        if rows {
-            self.own = Own::From(first);
-        } else {
-            self.own_at((0..self.len).map(|j| first + j * stride));
-        }
-        self.coords.resize(if coords { dims.len() } else { 0 }, Vec::new());
-        for (d, c) in self.coords.iter_mut().enumerate() {
-            c.clear();
-            if d == axis {
-                c.extend(range.clone().map(|x| x as i64));
-            } else {
-                c.resize(self.len, base[d]);
-            }
+        self.own = if rows { Own::From(first) } else { Own::Runs };
+        self.ahead = self.len;
+        self.runs.clear(dims.len());
+        if self.len > 0 {
+            let mut start: smallvec::SmallVec<[i64; 8]> = base.into();
+            start[axis] = range.start as i64;
+            self.runs.push(Run { at: 0, len: self.len, axis, own: first, own_step: stride }, &start);
         }
     }
 }
@@ -288,7 +285,7 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
                     Phase::Map { body, outputs } => {
                         for s in (0..n).step_by(BATCH) {
                             let e = n.min(s + BATCH);
-                            batch.along(&dims, axis, true, &base, s..e, strided);
+                            batch.along(&dims, axis, true, &base, s..e);
                             eval(&ctx, body.clone(), batch, regs);
                             for &m in outputs {
                                 // SAFETY: as above.

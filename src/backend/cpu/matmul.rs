@@ -1,6 +1,7 @@
 //! Running a matmul kernel on the CPU: `gemm` on operands read in place or evaluated, then the epilogue.
 
 use super::eval::{self, Out};
+use super::map;
 use crate::kernel::{Instr, Kernel, Kind};
 use crate::shape::Shape;
 use gemm::Parallelism;
@@ -71,7 +72,7 @@ fn evaluate(k: &Kernel, range: Range<usize>, value: usize, dims: &[usize], input
     domain.params.extend(dims.iter().map(|&d| d as u32));
     let mut values = vec![0.0; domain.shape.numel()];
     let lanes = [k.types[value].lanes()];
-    eval::map(&domain, range, inputs, &[value], &lanes, &mut [values.as_mut_slice()], None);
+    map::map(&domain, range, inputs, &[value], &lanes, &mut [values.as_mut_slice()], None);
     values
 }
 
@@ -173,7 +174,7 @@ pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     }
     if !direct {
         let values: Vec<usize> = k.outputs.iter().map(|&(_, v)| v).collect();
-        eval::map(k, mm.b_end..k.body.len(), inputs, &values, &k.out_types, outputs, Some(&scratch));
+        map::map(k, mm.b_end..k.body.len(), inputs, &values, &k.out_types, outputs, Some(&scratch));
     }
 }
 

@@ -1,11 +1,14 @@
 //! The CPU backend: buffers are `Vec<f32>`s of words in host memory (other element types in their bits), kernels
 //! of the same IR run on rayon's threads.
 
+mod cat;
 mod eval;
 mod folds;
+mod map;
 mod math;
 mod matmul;
 mod regs;
+mod runs;
 mod simd;
 
 use super::free::{self, FreeList};
@@ -166,7 +169,7 @@ impl Backend for CpuBackend {
                         .collect();
                     let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
                     match kernel.kind {
-                        Kind::Elementwise => eval::elementwise(kernel, &inputs, &mut views),
+                        Kind::Elementwise => map::elementwise(kernel, &inputs, &mut views),
                         Kind::Reduce(_) => folds::reduce(kernel, &inputs, &mut views),
                         Kind::Rows { .. } => folds::rows(kernel, &inputs, &mut views),
                         Kind::Matmul(_) => matmul::matmul(kernel, &inputs, &mut views),

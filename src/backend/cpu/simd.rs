@@ -295,3 +295,49 @@ unsafe fn stream_avx(dst: *mut f32, src: &[f32]) {
     }
     std::ptr::copy_nonoverlapping(src.as_ptr().add(j), dst.add(j), n - j);
 }
+
+/// Copies an 8 x 8 block transposed: element `r` of source row `k` (8 consecutive values from `src + k * stride`)
+/// to element `k` of destination row `r` (at `dst + r * dst_stride`). Returns false, doing nothing, where the
+/// processor lacks AVX.
+///
+/// # Safety
+/// The 8 source rows of 8 elements and the 8 destination rows of 8 elements must be valid to read and to write.
+#[inline]
+pub unsafe fn transpose8(src: *const f32, stride: isize, dst: *mut f32, dst_stride: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx") {
+        transpose8_avx(src, stride, dst, dst_stride);
+        return true;
+    }
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose8_avx(src: *const f32, stride: isize, dst: *mut f32, dst_stride: usize) {
+    use std::arch::x86_64::*;
+    let r: [__m256; 8] = std::array::from_fn(|k| _mm256_loadu_ps(src.offset(k as isize * stride)));
+    // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves swapped into place.
+    let t: [__m256; 8] = std::array::from_fn(|k| {
+        let (a, b) = (r[k / 2 * 2], r[k / 2 * 2 + 1]);
+        if k % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    let u: [__m256; 8] = std::array::from_fn(|k| {
+        // u[0..4]: rows 0-3, u[4..8]: rows 4-7; within each, columns 0/4, 1/5, 2/6, 3/7.
+        let (base, c) = (k / 4 * 4, k % 4);
+        let (a, b) = (t[base + c / 2], t[base + 2 + c / 2]);
+        if c % 2 == 0 {
+            _mm256_shuffle_ps::<0x44>(a, b)
+        } else {
+            _mm256_shuffle_ps::<0xEE>(a, b)
+        }
+    });
+    for c in 0..4 {
+        _mm256_storeu_ps(dst.add(c * dst_stride), _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c]));
+        _mm256_storeu_ps(dst.add((c + 4) * dst_stride), _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c]));
+    }
+}
