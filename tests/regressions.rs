@@ -178,3 +178,20 @@ fn an_operand_stored_after_its_consumers_were_costed() {
         check(&y, 1e-6, 1e-7, "(x * v) @ v");
     });
 }
+
+/// Differential seed 9339: a stack of matrices times one matrix is one taller product, `[160, 4] x [4, 16]`, and
+/// its result seen as `[2, 16, 5, 16]` joins its epilogue; a maximum with a `[1, 5, 16]` operand broadcast over that
+/// shape cannot be read in the product's rows (row r needs `r % 5`), so it must run in a kernel of its own. The
+/// scheduler asked to split it from a rows kernel, found it in none, and asked again: a panic.
+#[test]
+fn an_epilogue_member_no_view_composes_into_leaves_the_product() {
+    let vals = |n: usize, s: usize| (0..n).map(|i| (((i + s) * 37) % 17) as f32 / 3.0 - 2.5).collect::<Vec<f32>>();
+    for dev in devices() {
+        let a = Tensor::from_vec_on(vals(640, 2), [2, 16, 5, 4], &dev);
+        let w = Tensor::from_vec_on(vals(64, 1), [1, 4, 16], &dev);
+        let b = Tensor::from_vec_on(vals(80, 3), [1, 5, 16], &dev).rsqrt();
+        let top = b.maximum(&a.matmul(&w));
+        check(&top, 1e-5, 1e-5, &format!("maximum of a reshaped product on {}", dev.name()));
+        check(&top.reshape([512, 5]).matmul(&b), 1e-5, 1e-5, &format!("and its product on {}", dev.name()));
+    }
+}

@@ -285,13 +285,14 @@ fn row_fold(graph: &Graph, id: NodeId) -> Option<(&Shape, usize)> {
     }
 }
 
-/// Assigns materialized nodes (in topological order) to kernels. Nodes in `no_rows` never join a rows group.
+/// Assigns materialized nodes (in topological order) to kernels. Nodes in `apart` never join a fold's or product's
+/// kernel (its rows kernel or its epilogue): lowering found that kernel could not compute them.
 pub(super) fn group(
     graph: &Graph,
     order: &[NodeId],
     fusion: &Fusion,
     opts: &Options,
-    no_rows: &FastSet<NodeId>,
+    apart: &FastSet<NodeId>,
 ) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: FastMap<NodeId, usize> = FastMap::default();
@@ -300,10 +301,15 @@ pub(super) fn group(
         let is_head = matches!(graph.node(id).op, Op::Reduce(..) | Op::Matmul(..));
         let Inlined { leaves: deps, strided, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
-            if let Some(rows) = joins_rows(graph, g, grp, id, &deps, &group_of, no_rows) {
+            if let Some(rows) = joins_rows(graph, g, grp, id, &deps, &group_of, apart) {
                 return rows
                     && bindings_fit(grp, &deps, g, &group_of, opts.max_bindings)
                     && grp.ops + ops <= opts.max_ops;
+            }
+            // A member its fold's or product's kernel could not compute (a reshaped product's epilogue reading a
+            // broadcast operand no view composes into the product's rows) runs in a kernel of its own.
+            if grp.head.is_some() && apart.contains(&id) {
+                return false;
             }
             // A fold or product starts its own kernel; its epilogue takes only members that read it, or that read
             // another member at its own index (an optimizer's new parameter from the new moments a bias
@@ -356,7 +362,7 @@ pub(super) fn group(
             groups.len() - 1
         });
         if groups[g].head.is_some_and(|r| r != id)
-            && joins_rows(graph, g, &groups[g], id, &deps, &group_of, no_rows) == Some(true)
+            && joins_rows(graph, g, &groups[g], id, &deps, &group_of, apart) == Some(true)
         {
             groups[g].rows = true;
         }
@@ -379,7 +385,7 @@ fn joins_rows(
     id: NodeId,
     deps: &LeafSet,
     group_of: &FastMap<NodeId, usize>,
-    no_rows: &FastSet<NodeId>,
+    apart: &FastSet<NodeId>,
 ) -> Option<bool> {
     let first = grp.head?;
     let (domain, axis) = row_fold(graph, first)?;
@@ -400,7 +406,7 @@ fn joins_rows(
     if !same_rows {
         return if grp.rows { Some(false) } else { None };
     }
-    if no_rows.contains(&id) {
+    if apart.contains(&id) {
         return Some(false);
     }
     // Inside the group it may read folds only (through their broadcast along the rows), and must read one.

@@ -167,10 +167,10 @@ fn plan_ordered(
     // Lowering may find a view it cannot express over its source; that source is then stored, and we start over.
     let mut forced: FastSet<NodeId> = FastSet::default();
     // A member of a rows kernel that reads one of its folds other than broadcast along the rows leaves it.
-    let mut no_rows: FastSet<NodeId> = FastSet::default();
+    let mut apart: FastSet<NodeId> = FastSet::default();
     let (kernels, mut slots, fusion) = loop {
         let fusion = fuse::materialize(graph, order, seen, &forced, opts);
-        let groups = fuse::group(graph, order, &fusion, opts, &no_rows);
+        let groups = fuse::group(graph, order, &fusion, opts, &apart);
         // Members read by another group must be written even when nobody asked for them.
         let read_elsewhere: FastSet<NodeId> = groups.iter().flat_map(|g| g.inputs.iter().copied()).collect();
         let written = |id: NodeId| seen.contains(&id) || read_elsewhere.contains(&id);
@@ -203,9 +203,9 @@ fn plan_ordered(
         let lowered = lower_all();
         match lowered {
             Ok(kernels) => break (kernels, slots, fusion),
-            // A node already stored can only be asked to leave its rows kernel.
+            // A node already stored can only be asked to leave its fold's or product's kernel (rows or epilogue).
             Err(id) if fusion.materialized.contains(&id) => {
-                assert!(no_rows.insert(id), "lazor: scheduler asked twice to split node {id:?} from its kernel")
+                assert!(apart.insert(id), "lazor: scheduler asked twice to split node {id:?} from its kernel")
             }
             Err(id) => assert!(forced.insert(id), "lazor: scheduler asked twice to store node {id:?}"),
         }
