@@ -195,3 +195,21 @@ fn an_epilogue_member_no_view_composes_into_leaves_the_product() {
         check(&top.reshape([512, 5]).matmul(&b), 1e-5, 1e-5, &format!("and its product on {}", dev.name()));
     }
 }
+
+/// Differential seed 1362: `x < x` is false for every x, and lavapipe's compiler, knowing that, folded the `0 / y`
+/// it selected down to 0 even where y is NaN (0 / NaN is NaN), so `argmin` missed the NaN that wins it. The
+/// comparison of a value with itself now reads its `false` from the parameters.
+#[test]
+fn a_value_compared_with_itself_folds_nothing_after_it() {
+    let mut y: Vec<f32> = (0..256).map(|i| (i % 7) as f32 + 1.0).collect();
+    y[9 * 16 + 1] = f32::NAN;
+    y[4 * 16 + 2] = 0.0;
+    for dev in devices() {
+        let x = Tensor::from_vec_on((0..256).map(|i| i as f32 * 0.5 - 20.0).collect(), [16, 16], &dev);
+        let y = Tensor::from_vec_on(y.clone(), [16, 16], &dev);
+        let zero = x.lt(&x).where_cond(&x, &x.lt(&x));
+        let what = format!("argmin of 0 / y on {}", dev.name());
+        let got = check(&(&zero / &y).argmin(0), 0.0, 0.0, &what);
+        assert_eq!((got[1], got[2]), (9.0, 4.0), "{what}: the NaNs win");
+    }
+}

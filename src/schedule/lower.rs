@@ -276,17 +276,25 @@ impl<'a> Lowerer<'a> {
                 Op::Binary(op, a, b) => {
                     let mut a = self.operand(*a, &node.shape, m, anchor, fail)?;
                     let mut b = self.operand(*b, &node.shape, m, anchor, fail)?;
-                    if op.is_compare() {
-                        // Half values stay in f32 inside a kernel; a comparison sees them as stored, so `x == max`
-                        // holds where the max was rounded on its way through memory (argmax of an f16 chain).
-                        a = self.rounded(a);
-                        b = self.rounded(b);
-                    }
                     self.k.fused_ops += 1;
-                    match self.cancels(*op, a, b, dt) {
-                        Some(x) if *op == BinaryOp::Div => self.ieee_one(x, dt),
-                        Some(x) => self.ieee_zero(x, dt),
-                        None => self.push(Instr::Binary(*op, a, b), dt),
+                    if matches!(op, BinaryOp::Lt | BinaryOp::Gt) && a == b {
+                        // `x < x` is false for every x, NaN included, and a shader compiler knows it: the constant
+                        // it folds to then lets it fold what reads it, `0 / x` to 0 where x is NaN (lavapipe,
+                        // differential seed 1362). False read from the parameters folds nothing further.
+                        self.constant(0, DType::Bool)
+                    } else {
+                        if op.is_compare() {
+                            // Half values stay in f32 inside a kernel; a comparison sees them as stored, so
+                            // `x == max` holds where the max was rounded on its way through memory (argmax of an
+                            // f16 chain).
+                            a = self.rounded(a);
+                            b = self.rounded(b);
+                        }
+                        match self.cancels(*op, a, b, dt) {
+                            Some(x) if *op == BinaryOp::Div => self.ieee_one(x, dt),
+                            Some(x) => self.ieee_zero(x, dt),
+                            None => self.push(Instr::Binary(*op, a, b), dt),
+                        }
                     }
                 }
                 Op::Where(c, a, b) => {
