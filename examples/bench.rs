@@ -15,6 +15,7 @@
 //! cargo run --release --example bench -- dtypes       # only the element-type section
 //! cargo run --release --example bench -- random       # only the random-numbers section (bench/random.rs)
 //! cargo run --release --example bench -- life         # only the process-life section (bench/life.rs)
+//! cargo run --release --example bench -- shapes       # a training step's products one by one (bench/shapes.rs)
 //! ```
 //!
 //! The matmul section (in `bench/matmul.rs`) times the cases of `torch_reference.py matmul`: square products,
