@@ -116,6 +116,10 @@ pub fn assert_close(got: &[f32], want: &[f32], rel: f32, abs: f32, what: &str) {
 
 /// Computes `t` on the CPU reference, then on the device, and compares: floats to the tolerance, integers and
 /// bools exactly. Returns the device's values as f32.
+///
+/// Check an expression before anything realizes it: a realized tensor is a buffer, and the reference reads its
+/// values back from the device, a check that cannot fail (a full run with that asserted found no such check left
+/// but a view of a stored tensor that is the tensor itself).
 #[track_caller]
 pub fn check(t: &Tensor, rel: f32, abs: f32, what: &str) -> Vec<f32> {
     let want = lazor::reference::eval_lanes(&[t]).pop().unwrap();
