@@ -4,14 +4,12 @@
 
 mod common;
 
-use common::{check, devices, Rng};
+use common::{check, devices, stored_within, Rng};
 use lazor::{DType, Device, Tensor};
 
 /// A realized tensor of random values in [-2, 2).
 fn stored(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
-    let t = Tensor::from_vec_on(rng.vec(shape.iter().product(), -2.0, 2.0), shape, dev);
-    t.realize().unwrap();
-    t
+    stored_within(dev, rng, shape, 2.0).1
 }
 
 /// `t` equals the reference exactly: these kernels only move values and add or multiply them once.

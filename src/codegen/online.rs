@@ -9,7 +9,7 @@
 //! rounding. `M` is the first fold exactly. The CPU backend runs the two phases as written.
 
 use super::emit::Emitter;
-use super::reduce::{own_index, tree, UNROLL};
+use super::reduce::{own_index, steps, tree, UNROLL};
 use crate::dtype::DType;
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 
@@ -38,7 +38,6 @@ pub(super) fn logsumexp(
             // The running maximum clamped, kept so that each element clamps once.
             e.line(d, &format!("var oc{u} = {ty}(bitcast<f32>(0xff7fffffu));"));
         }
-        e.line(d, "var r = lane_t;");
         let element = |e: &mut Emitter, at: &str, u: usize, depth: usize| {
             own_index(e, axis, at, depth);
             e.range(body.clone(), depth);
@@ -51,26 +50,7 @@ pub(super) fn logsumexp(
             e.line(depth, &format!("os{u} = os{u} * {rescale} + {term};"));
             e.line(depth, &format!("oc{u} = cn;"));
         };
-        if cached {
-            for u in 0..UNROLL {
-                e.line(d, &format!("if (r + {u}u * team < {end}) {{"));
-                e.cache = Some(u);
-                element(e, &format!("r + {u}u * team"), u, d + 1);
-                e.cache = None;
-                e.line(d, "}");
-            }
-        } else {
-            e.line(d, &format!("for (; r + {} * team < {end}; r = r + {UNROLL}u * team) {{", UNROLL - 1));
-            for u in 0..UNROLL {
-                e.line(d + 1, "{");
-                element(e, &format!("r + {u}u * team"), u, d + 2);
-                e.line(d + 1, "}");
-            }
-            e.line(d, "}");
-            e.line(d, &format!("for (; r < {end}; r = r + team) {{"));
-            element(e, "r", 0, d + 1);
-            e.line(d, "}");
-        }
+        steps(e, "lane_t", "team", end, d, cached, element);
         // The unrolled pairs meet in a fixed order, then a vector's lanes.
         let mut pairs: Vec<(String, String)> = (0..UNROLL).map(|u| (format!("om{u}"), format!("os{u}"))).collect();
         let mut made = 0;

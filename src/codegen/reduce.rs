@@ -149,27 +149,7 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
     for u in 0..UNROLL {
         e.line(depth, &format!("var acc{u} = {init};"));
     }
-    e.line(depth, &format!("var r = {start};"));
-    if cached {
-        for u in 0..UNROLL {
-            e.line(depth, &format!("if (r + {u}u * {step} < {end}) {{"));
-            e.cache = Some(u);
-            element(e, f, &format!("r + {u}u * {step}"), &format!("acc{u}"), depth + 1);
-            e.cache = None;
-            e.line(depth, "}");
-        }
-    } else {
-        e.line(depth, &format!("for (; r + {} * {step} < {end}; r = r + {UNROLL}u * {step}) {{", UNROLL - 1));
-        for u in 0..UNROLL {
-            e.line(depth + 1, "{");
-            element(e, f, &format!("r + {u}u * {step}"), &format!("acc{u}"), depth + 2);
-            e.line(depth + 1, "}");
-        }
-        e.line(depth, "}");
-        e.line(depth, &format!("for (; r < {end}; r = r + {step}) {{"));
-        element(e, f, "r", "acc0", depth + 1);
-        e.line(depth, "}");
-    }
+    steps(e, start, step, end, depth, cached, |e, at, u, depth| element(e, f, at, &format!("acc{u}"), depth));
     // The combined vector is `accv`, not `acc{UNROLL}`, which would be an accumulator's name were UNROLL above 4.
     let mut pairs: Vec<String> = (0..UNROLL).map(|u| format!("acc{u}")).collect();
     while pairs.len() > 1 {
@@ -187,6 +167,41 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
         e.line(depth, &format!("let acc = {all};"));
     } else {
         e.line(depth, &format!("let acc = {};", pairs[0]));
+    }
+}
+
+/// Emits `var r = start;` and the loop over the elements `r`, `r + step`, ... below `end`, calling `element(e,
+/// at, u, depth)` to fold the element at `at` into accumulator `u` (of [`UNROLL`]): `UNROLL` independent steps a
+/// pass and a tail into accumulator 0, or, `cached`, one guarded step per accumulator reading the cached row.
+pub(super) fn steps(
+    e: &mut Emitter,
+    start: &str,
+    step: &str,
+    end: &str,
+    depth: usize,
+    cached: bool,
+    mut element: impl FnMut(&mut Emitter, &str, usize, usize),
+) {
+    e.line(depth, &format!("var r = {start};"));
+    if cached {
+        for u in 0..UNROLL {
+            e.line(depth, &format!("if (r + {u}u * {step} < {end}) {{"));
+            e.cache = Some(u);
+            element(e, &format!("r + {u}u * {step}"), u, depth + 1);
+            e.cache = None;
+            e.line(depth, "}");
+        }
+    } else {
+        e.line(depth, &format!("for (; r + {} * {step} < {end}; r = r + {UNROLL}u * {step}) {{", UNROLL - 1));
+        for u in 0..UNROLL {
+            e.line(depth + 1, "{");
+            element(e, &format!("r + {u}u * {step}"), u, depth + 2);
+            e.line(depth + 1, "}");
+        }
+        e.line(depth, "}");
+        e.line(depth, &format!("for (; r < {end}; r = r + {step}) {{"));
+        element(e, "r", 0, depth + 1);
+        e.line(depth, "}");
     }
 }
 

@@ -224,7 +224,7 @@ pub(super) fn materialize(
 }
 
 /// The node under `id`'s views: what a view reads.
-fn view_source(graph: &Graph, mut id: NodeId) -> NodeId {
+pub(super) fn view_source(graph: &Graph, mut id: NodeId) -> NodeId {
     while let Op::View(_, src) = graph.node(id).op {
         id = src;
     }

@@ -277,23 +277,17 @@ impl<'a> Lowerer<'a> {
                     let mut a = self.operand(*a, &node.shape, m, anchor, fail)?;
                     let mut b = self.operand(*b, &node.shape, m, anchor, fail)?;
                     self.k.fused_ops += 1;
-                    if matches!(op, BinaryOp::Lt | BinaryOp::Gt) && a == b {
-                        // `x < x` is false for every x, NaN included, and a shader compiler knows it: the constant
-                        // it folds to then lets it fold what reads it, `0 / x` to 0 where x is NaN (lavapipe,
-                        // differential seed 1362). False read from the parameters folds nothing further.
-                        self.constant(0, DType::Bool)
-                    } else {
-                        if op.is_compare() {
-                            // Half values stay in f32 inside a kernel; a comparison sees them as stored, so
-                            // `x == max` holds where the max was rounded on its way through memory (argmax of an
-                            // f16 chain).
-                            a = self.rounded(a);
-                            b = self.rounded(b);
-                        }
-                        match self.cancels(*op, a, b, dt) {
-                            Some(x) if *op == BinaryOp::Div => self.ieee_one(x, dt),
-                            Some(x) => self.ieee_zero(x, dt),
-                            None => self.push(Instr::Binary(*op, a, b), dt),
+                    match self.same_operands(*op, a, b, dt) {
+                        Some(v) => v,
+                        None => {
+                            if op.is_compare() {
+                                // Half values stay in f32 inside a kernel; a comparison sees them as stored, so
+                                // `x == max` holds where the max was rounded on its way through memory (argmax of
+                                // an f16 chain).
+                                a = self.rounded(a);
+                                b = self.rounded(b);
+                            }
+                            self.push(Instr::Binary(*op, a, b), dt)
                         }
                     }
                 }
@@ -356,18 +350,24 @@ impl<'a> Lowerer<'a> {
         Ok(self.push(Instr::Gather { input, base, index, stride_at }, dt))
     }
 
-    /// For a float `a - a`, `a + (-a)`, `(-a) + a` or `a / a`: the `a`. Shader compilers fold these to 0 or 1
-    /// (lavapipe the first three, NVIDIA's the division; they assume no NaN or infinity), where IEEE gives NaN for
-    /// a NaN or infinite `a`, and for `0 / 0`.
-    fn cancels(&self, op: BinaryOp, a: usize, b: usize, dt: DType) -> Option<usize> {
+    /// An op whose operands are one value (`x - x`, `x / x`, `x + -x`, `x < x`, `x > x`), computed as IEEE says
+    /// from constants read from the parameters, or `None`. A shader compiler knows these identities too, but
+    /// folds them to constants that ignore NaN and infinities (`x - x` to 0), and folds onward from a constant it
+    /// sees (`x < x` to false, then the `0 / y` it selects to 0 where y is NaN: lavapipe, differential seed 1362).
+    fn same_operands(&mut self, op: BinaryOp, a: usize, b: usize, dt: DType) -> Option<usize> {
+        if matches!(op, BinaryOp::Lt | BinaryOp::Gt) && a == b {
+            // False for every x, NaN included.
+            return Some(self.constant(0, DType::Bool));
+        }
         if !dt.is_float() {
             return None;
         }
         let neg_of = |n: usize, x: usize| matches!(self.k.body[n], Instr::Unary(UnaryOp::Neg, y) if y == x);
         match op {
-            BinaryOp::Sub | BinaryOp::Div if a == b => Some(a),
-            BinaryOp::Add if neg_of(b, a) => Some(a),
-            BinaryOp::Add if neg_of(a, b) => Some(b),
+            BinaryOp::Sub if a == b => Some(self.ieee_zero(a, dt)),
+            BinaryOp::Div if a == b => Some(self.ieee_one(a, dt)),
+            BinaryOp::Add if neg_of(b, a) => Some(self.ieee_zero(a, dt)),
+            BinaryOp::Add if neg_of(a, b) => Some(self.ieee_zero(b, dt)),
             _ => None,
         }
     }

@@ -185,12 +185,7 @@ pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
 /// f32 `x` along the same axis: the two folds of `Tensor::logsumexp`, which a GPU computes in one pass
 /// ([`Kind::Rows`]'s `online`).
 fn logsumexp_pair(graph: &Graph, max: NodeId, sum: NodeId) -> bool {
-    let bare = |mut id: NodeId| {
-        while let Op::View(_, src) = graph.node(id).op {
-            id = src;
-        }
-        id
-    };
+    let bare = |id: NodeId| super::fuse::view_source(graph, id);
     let constant = |id: NodeId, v: f32| matches!(graph.node(bare(id)).op, Op::Const(bits) if bits == v.to_bits());
     let (Op::Reduce(ReduceOp::Max, x, axis), Op::Reduce(ReduceOp::Sum, e, axis2)) =
         (&graph.node(max).op, &graph.node(sum).op)
