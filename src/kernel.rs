@@ -51,6 +51,36 @@ pub struct Matmul {
     pub a_along_k: bool,
     pub b_along_k: bool,
     pub tile: MatmulTile,
+    /// A thin product's kernel instead of tiles: `tile` is then unused.
+    pub thin: Option<Thin>,
+}
+
+/// A thin product's layout: each thread holds a sum per output of the narrow side (at most [`THIN_SIDE`]) in
+/// registers, so the wide operand (A for few columns, B for few rows) is read once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Thin {
+    /// Whether the narrow side is the columns (otherwise the rows).
+    pub columns: bool,
+    /// Whether a team of [`THIN_TEAM`] threads per wide output walks k (the wide operand is contiguous along k);
+    /// otherwise a thread per wide output walks all of k, neighbours reading neighbours.
+    pub team: bool,
+    /// Outputs along the narrow side: a constant of the kernel, so that every loop over them unrolls and the sums
+    /// stay in registers (with a run-time bound, NVIDIA's compiler kept them in memory: 2.1 TFLOP/s on the H200).
+    pub narrow: u8,
+}
+
+/// The most outputs along the narrow side of a [`Thin`] product.
+pub const THIN_SIDE: usize = 16;
+/// Threads per output row of a [`Thin::Columns`] product.
+pub const THIN_TEAM: usize = 32;
+
+impl Thin {
+    /// Workgroups for `batch` products of `m` x `n` outputs.
+    pub fn groups(self, m: usize, n: usize, batch: usize) -> usize {
+        let wg = WORKGROUP_SIZE as usize;
+        let wide = if self.columns { m } else { n };
+        batch * wide.div_ceil(if self.team { wg / THIN_TEAM } else { wg })
+    }
 }
 
 /// A matmul's blocking: a workgroup computes `bm` x `bn` outputs, staging `bk` steps of k of both operands in
@@ -316,7 +346,11 @@ impl Kernel {
         if let Kind::Matmul(mm) = self.kind {
             let d = self.shape.dims();
             let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
-            return mm.tile.groups(m, n) * (self.shape.numel() / (m * n)) * wg;
+            let batch = self.shape.numel() / (m * n);
+            return match mm.thin {
+                Some(thin) => thin.groups(m, n, batch) * wg,
+                None => mm.tile.groups(m, n) * batch * wg,
+            };
         }
         if self.tiles.is_empty() {
             return self.shape.numel().div_ceil(self.width);

@@ -84,7 +84,9 @@ impl Tensor {
             Shape::from(d)
         };
         // A stack of matrices times one matrix is one taller product when the stack is contiguous: better tiles.
-        let product = if let Some(parts) = (batch.numel() == 1).then(|| split_k(&self.device, m, k, n)).flatten() {
+        let product = if let Some(parts) =
+            (batch.numel() == 1).then(|| split_k(&self.device, (m, k, n), &a, &b)).flatten()
+        {
             // Few output tiles over a long k (a weight's gradient, `x^T g`): k is cut into `parts` slices whose
             // products run side by side as a batch, then summed. Both cuts are views.
             let a3 = a.reshape([m, k]).reshape([m, parts, k / parts]).permute([1, 0, 2]);
@@ -113,19 +115,41 @@ impl Tensor {
 }
 
 /// How many slices of k a single `m x n x k` product on `device` is cut into, if any: where its output makes too few
-/// large tiles to fill the GPU and k is long, enough slices (a power of two dividing k, each at least 512 deep)
-/// for the slices' large tiles to fill it. On the H200 a weight gradient `[384, 16384] x [16384, 384]` ran as 36
-/// workgroups at 2.8 TFLOP/s; slices sized for the small tile ran nanoGPT's weight gradients at 18-24 TFLOP/s,
-/// sized for the large one at 22-26 (a training step 61-68 ms against 55). The CPU backend's `gemm` splits work
-/// itself.
-fn split_k(device: &crate::device::Device, m: usize, k: usize, n: usize) -> Option<usize> {
-    if device.is_cpu() || m.min(n) <= crate::schedule::THIN || k < 4096 {
+/// workgroups to fill the GPU and k is long, enough slices (a power of two dividing k) for the slices' workgroups
+/// to fill it.
+/// - Tiled products: slices at least 512 deep, sized for the large tile. On the H200 a weight gradient
+///   `[384, 16384] x [16384, 384]` ran as 36 workgroups at 2.8 TFLOP/s; slices sized for the small tile ran
+///   nanoGPT's weight gradients at 18-24 TFLOP/s, sized for the large one at 22-26 (a training step 61-68 ms
+///   against 55).
+/// - Thin products (at most [`crate::schedule::THIN`] rows or columns; a 10-class layer's weight gradient, a
+///   vector times a matrix) on the thin kernel's layout ([`crate::kernel::Thin`], chosen by the same rule as the
+///   scheduler's): slices at least 64 deep where a thread walks k, 256 where a team does.
+///
+/// The CPU backend's `gemm` splits work itself.
+fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: &Tensor, b: &Tensor) -> Option<usize> {
+    let thin = crate::schedule::THIN;
+    if device.is_cpu() {
         return None;
     }
     let tiles = device.inner.backend.matmul_tiles();
-    let large = tiles.large.groups(m, n);
+    let (groups, depth) = if m.min(n) <= thin {
+        let columns = n <= thin && m > n;
+        let (ra, rb) = (a.ndim(), b.ndim());
+        let (wide, k_axis, wide_axis) = if columns { (a, ra - 1, ra - 2) } else { (b, rb - 2, rb - 1) };
+        let team = wide.contiguous_along(k_axis);
+        // As the scheduler: neither contiguity, or a vector walked by threads, is a fold.
+        if !team && (!wide.contiguous_along(wide_axis) || m.min(n) == 1) {
+            return None;
+        }
+        (crate::kernel::Thin { columns, team, narrow: m.min(n) as u8 }.groups(m, n, 1), if team { 256 } else { 64 })
+    } else {
+        (tiles.large.groups(m, n), 512)
+    };
+    if k < 8 * depth {
+        return None;
+    }
     let mut parts = 1;
-    while large * parts < tiles.min_large_groups && k % (parts * 2) == 0 && k / (parts * 2) >= 512 {
+    while groups * parts < tiles.min_large_groups && k % (parts * 2) == 0 && k / (parts * 2) >= depth {
         parts *= 2;
     }
     (parts > 1).then_some(parts)

@@ -267,6 +267,15 @@ impl Tensor {
         }
     }
 
+    /// Whether neighbouring elements along `axis` are neighbours in memory, as far as the graph tells (a view with
+    /// stride 1 there; anything but a view is row-major). The scheduler's rule for a thin product's layout.
+    pub(crate) fn contiguous_along(&self, axis: usize) -> bool {
+        match &self.device.state().graph.node(self.id).op {
+            Op::View(v, _) => v.strides[axis].abs() == 1 || self.shape.dims()[axis] == 1,
+            _ => axis + 1 == self.ndim(),
+        }
+    }
+
     /// A tensor with its own row-major buffer once realized: `self` when it already is contiguous, otherwise a
     /// copy. Read by another kernel of the same realize, the copy is computed inside that kernel (no extra pass).
     pub fn contiguous(&self) -> Tensor {

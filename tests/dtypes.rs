@@ -442,6 +442,36 @@ fn half_matmul_accumulates_in_f32() {
 }
 
 #[test]
+fn a_half_product_stores_whole_words_beside_its_other_outputs() {
+    // Small integers: every product and sum is exact, so each output compares exactly, the mask's zeros included.
+    for (dev, path) in f16_paths() {
+        let mut rng = Rng::new(27);
+        for dt in [DType::F16, DType::BF16] {
+            // n = 68: every row starts on a word, 4 columns a thread fill whole words; n = 67 and 130: rows that do
+            // not, and the last columns a thread holds past n, stored element by element.
+            for (batch, m, k, n) in [(1, 70, 33, 68), (3, 33, 20, 67), (2, 129, 17, 130)] {
+                let ints =
+                    |len: usize, rng: &mut Rng| -> Vec<f32> { (0..len).map(|_| rng.below(9) as f32 - 4.0).collect() };
+                let a = Tensor::from_vec_on(ints(batch * m * k, &mut rng), [batch, m, k], &dev).to_dtype(dt);
+                let b = Tensor::from_vec_on(ints(batch * k * n, &mut rng), [batch, k, n], &dev).to_dtype(dt);
+                lazor::realize(&[&a, &b]).unwrap();
+                let y = a.matmul(&b);
+                let mask = y.gt(0.0);
+                let wide = (&y * 0.5).to_dtype(DType::F32);
+                let want = lazor::reference::eval_lanes(&[&y, &mask, &wide]);
+                let ran = common::kernels(&dev, || lazor::realize(&[&y, &mask, &wide]).unwrap());
+                let what = format!("{dt} [{batch}, {m}, {k}] x [{batch}, {k}, {n}] ({path})");
+                assert_eq!(ran, 1, "{what}: the product and its three outputs in one kernel");
+                for (t, want) in [&y, &mask, &wide].into_iter().zip(&want) {
+                    let got = lazor::reference::device_lanes(t);
+                    assert_eq!(&got, want, "{what}: the {} output", t.dtype());
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn narrow_types_take_their_size_in_memory() {
     let dev = Device::cpu();
     for (dt, bytes) in [(DType::Bool, 4096u64), (DType::F16, 8192), (DType::BF16, 8192), (DType::I32, 16384)] {

@@ -373,11 +373,23 @@ fn f16_products_on_tensor_cores_and_tiles() {
 }
 
 #[test]
-fn thin_products_are_folds_in_every_layout() {
-    // At most 16 rows or columns of output: a fold over k (two stages where k is long and outputs few).
+fn thin_products_in_every_layout() {
+    // At most 16 rows or columns of output: the thin kernel (a sum per narrow output in each thread's registers,
+    // teams along k or a thread per wide output) where it makes enough workgroups, else a fold over k (two stages
+    // where k is long and outputs few). Narrow sides of 1, 3, 9, 10 and 16; k with remainders past the 4-step
+    // unrolling; wide sides past one workgroup.
     for dev in devices() {
         let mut rng = Rng::new(23);
-        for &(m, k, n) in &[(1000, 300, 10), (10, 257, 700), (7, 5000, 9), (16, 64, 17), (300, 4100, 3)] {
+        let shapes = [
+            (1000, 300, 10),
+            (10, 257, 700),
+            (7, 5000, 9),
+            (16, 64, 17),
+            (300, 4100, 3),
+            (1, 131, 2049),
+            (2100, 7, 16),
+        ];
+        for &(m, k, n) in &shapes {
             let a = rand(&dev, &mut rng, &[m, k]);
             let b = rand(&dev, &mut rng, &[k, n]);
             let at = rand(&dev, &mut rng, &[k, m]).t();
@@ -403,6 +415,12 @@ fn thin_products_are_folds_in_every_layout() {
         let a16 = rand16(&dev, &mut rng, &[300, 128]);
         let b16 = rand16(&dev, &mut rng, &[128, 12]);
         check16(&a16.matmul(&b16), 128, "f16 300x128x12");
+        // Past 65535 workgroups of 8 wide outputs, in both orientations.
+        let tall = rand(&dev, &mut rng, &[600_000, 3]);
+        let b = rand(&dev, &mut rng, &[3, 2]);
+        check(&tall.matmul(&b), 3, "[600000, 3] @ [3, 2]");
+        let a = rand(&dev, &mut rng, &[2, 3]);
+        check(&a.matmul(&tall.t()), 3, "[2, 3] @ [600000, 3]^T");
     }
 }
 

@@ -148,15 +148,33 @@ impl Emitter<'_> {
                 }
                 s
             }
-            Storage::Packed { .. } => {
-                let bits = match dt {
-                    DType::F16 => format!("{}({value})", self.b.helper(Helper::HalfBits)),
-                    DType::BF16 => format!("bitcast<u32>({value}) >> 16u"),
-                    _ => value.to_string(),
-                };
-                format!("st{o}({e}, {bits});")
-            }
+            Storage::Packed { .. } => format!("st{o}({e}, {});", self.bits(dt, value)),
         }
+    }
+
+    /// The bits of `value` (already rounded to `dt`) as a packed element, in the low bits of a `u32`.
+    fn bits(&mut self, dt: DType, value: &str) -> String {
+        match dt {
+            DType::F16 => format!("{}({value})", self.b.helper(Helper::HalfBits)),
+            DType::BF16 => format!("bitcast<u32>({value}) >> 16u"),
+            _ => value.to_string(),
+        }
+    }
+
+    /// Elements per word of output `o` where it is packed and stored one element at a time (`st{o}`), else `None`.
+    pub fn packed_per(&self, o: usize) -> Option<u32> {
+        match self.storage(self.k.out_types[o]) {
+            Storage::Packed { per } if !self.wide_out[o] => Some(per),
+            _ => None,
+        }
+    }
+
+    /// `value` rounded to packed output `o`'s type, as its bits in the low bits of a `u32`: what `st{o}` stores,
+    /// or one element of a whole word a thread owns.
+    pub fn packed_bits(&mut self, o: usize, value: &str) -> String {
+        let dt = self.k.out_types[o];
+        let rounded = self.b.round(dt, value.to_string());
+        self.bits(dt, &rounded)
     }
 
     /// The name of coordinate `axis` in `frame`.
@@ -452,7 +470,9 @@ impl<'a> Emitter<'a> {
                 Storage::Half => "f16",
                 Storage::Packed { .. } => {
                     let load = match dt {
-                        DType::F16 => format!("return unpack2x16float(i{n}[e >> 1u])[e & 1u];"),
+                        // The half shifted into the low bits: a run-time index into the unpacked pair ran
+                        // the H200's packed f16 product at 12.6 TFLOP/s against bf16's 30.5.
+                        DType::F16 => format!("return unpack2x16float(i{n}[e >> 1u] >> ((e & 1u) * 16u)).x;"),
                         DType::BF16 => format!("return bitcast<f32>((i{n}[e >> 1u] >> ((e & 1u) * 16u)) << 16u);"),
                         _ => format!("return (i{n}[e >> 2u] >> ((e & 3u) * 8u)) & 0xffu;"),
                     };

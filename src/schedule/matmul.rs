@@ -6,16 +6,16 @@ use super::lower::{kernel, GroupCtx, Lowerer};
 use super::reduce::{lower_fold, Fold};
 use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
-use crate::kernel::{Instr, Kernel, Kind, Matmul, MatmulTile, MatmulTiles};
+use crate::kernel::{Instr, Kernel, Kind, Matmul, MatmulTile, MatmulTiles, Thin};
 use crate::op::{BinaryOp, ReduceOp};
 use crate::shape::Shape;
 use crate::view::View;
 
-/// Products with at most this many rows or columns of output are folds over k, like matrix-vector products: a
-/// tile would be mostly empty and there would be few of them, each walking all of k alone. The weight gradient of
-/// a 10-class output layer, `h^T @ d` of [1024, 4096] x [4096, 10], took 699 us as a tiled kernel on the H200
-/// (0.12 TFLOP/s: 16 workgroups of 64 x 64, 10 columns used).
-pub(crate) const THIN: usize = 16;
+/// Products with at most this many rows or columns of output are thin kernels ([`Thin`]) or folds over k, like
+/// matrix-vector products: a tile would be mostly empty and there would be few of them, each walking all of k
+/// alone. The weight gradient of a 10-class output layer, `h^T @ d` of [1024, 4096] x [4096, 10], took 699 us as a
+/// tiled kernel on the H200 (0.12 TFLOP/s: 16 workgroups of 64 x 64, 10 columns used).
+pub(crate) const THIN: usize = crate::kernel::THIN_SIDE;
 
 /// The tile for a product of `batch` matrices of `m` x `n` outputs; `f16` when both operands are f16, which run on
 /// tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3 (H200, 110 and
@@ -47,12 +47,17 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let out = graph.node(mm).shape.clone();
     let r = out.ndim();
     let (m, n) = (out.dims()[r - 2], out.dims()[r - 1]);
-    if m.min(n) <= THIN {
-        return matrix_vector(cx);
-    }
-    let GroupCtx { fusion, grp, written, slot, tile: forced, tiles, .. } = cx;
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
     let k = sa.dims()[r - 1];
+    let thin = if m.min(n) <= THIN {
+        match thin_kernel(graph, (a, b), (m, k, n), out.numel() / (m * n).max(1), &cx.tiles) {
+            None => return matrix_vector(cx),
+            thin => thin,
+        }
+    } else {
+        None
+    };
+    let GroupCtx { fusion, grp, written, slot, tile: forced, tiles, .. } = cx;
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &out, out.numel()), slot);
     l.need_coords();
     let k_at = l.param(k as u32);
@@ -68,8 +73,41 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let batch = out.numel() / (m * n);
     let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
     let tile = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, &tiles));
-    l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile });
+    l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile, thin });
     Ok(vec![l.k])
+}
+
+/// The thin kernel for `batch` products of `m x k x n` with at most [`THIN`] outputs along one side, where its
+/// wide operand is contiguous along k or along its wide axis and it makes enough workgroups to fill the device
+/// (half the tiled kernel's `min_large_groups`); otherwise `None`, and the product is a fold. A fold computes each
+/// output alone and so reads the wide operand once per output: on the H200 the two 10-wide products of an MLP's
+/// output layer (`[4096, 1024] x [1024, 10]` and its weight gradient) took 127 us as folds.
+fn thin_kernel(
+    graph: &Graph,
+    (a, b): (NodeId, NodeId),
+    (m, k, n): (usize, usize, usize),
+    batch: usize,
+    tiles: &MatmulTiles,
+) -> Option<Thin> {
+    let r = graph.node(a).shape.ndim();
+    let columns = n <= THIN && m > n;
+    // The wide operand's k axis and wide axis.
+    let (wide, k_axis, wide_axis) = if columns { (a, r - 1, r - 2) } else { (b, r - 2, r - 1) };
+    let team = if contiguous_along(graph, wide, k_axis) {
+        true
+    } else if contiguous_along(graph, wide, wide_axis) {
+        false
+    } else {
+        return None;
+    };
+    // A vector times a matrix walked by threads stays a fold: with one narrow output the fold reads the matrix once
+    // too, and on the H200 it did so faster (`[1, 4096] x [4096, 4096]`: 1551 GB/s, against 1326 cut into slices
+    // for the thin kernel).
+    if !team && m.min(n) == 1 {
+        return None;
+    }
+    let thin = Thin { columns, team, narrow: m.min(n) as u8 };
+    (k > 0 && thin.groups(m, n, batch) * 2 >= tiles.min_large_groups).then_some(thin)
 }
 
 /// An operand's value at every element of its domain; a constant 0 when k = 0 (nothing is read).

@@ -572,6 +572,68 @@ mod tests {
     }
 
     #[test]
+    fn thin_products_with_enough_work_hold_the_narrow_side_in_registers() {
+        use crate::kernel::{Kind, Thin};
+        let thin_of = |g: &Graph, p: NodeId| -> Option<Thin> {
+            let pl = plan(g, &[p], &FUSE);
+            match pl.kernels[..] {
+                [ref k] => match k.kind {
+                    Kind::Matmul(mm) => mm.thin,
+                    _ => None,
+                },
+                _ => {
+                    assert!(pl.kernels.iter().all(|k| matches!(k.kind, Kind::Reduce(_))), "a fold in two stages");
+                    None
+                }
+            }
+        };
+        let t = |g: &mut Graph, x: NodeId| {
+            let d = g.node(x).shape.dims().to_vec();
+            let v = View::contiguous(&Shape::from(d.clone())).permute(&[1, 0]);
+            g.add(Op::View(v, x), Shape::from([d[1], d[0]]), DType::F32)
+        };
+        let mut g = Graph::default();
+        // An MLP's 10-class output layer, batch 4096: the forward `h @ w^T` and the weight gradient `g^T @ h`.
+        let h = data(&mut g, &[4096, 1024]);
+        let w = data(&mut g, &[10, 1024]);
+        let grad = data(&mut g, &[4096, 10]);
+        let (wt, gt) = (t(&mut g, w), t(&mut g, grad));
+        let fwd = g.add(Op::Matmul(h, wt), Shape::from([4096, 10]), DType::F32);
+        assert_eq!(thin_of(&g, fwd), Some(Thin { columns: true, team: true, narrow: 10 }), "A's rows walked by teams");
+        let dw = g.add(Op::Matmul(gt, h), Shape::from([10, 1024]), DType::F32);
+        assert_eq!(thin_of(&g, dw), None, "4 workgroups of columns: a fold (the API cuts k first)");
+        // Cut into 64 slices of k, as `Tensor::matmul` does: B's columns walked by a thread each.
+        let g3 = {
+            let v = View::contiguous(&Shape::from([10, 64, 64])).permute(&[1, 0, 2]);
+            let flat = g.add(
+                Op::View(View::contiguous(&Shape::from([10, 64, 64])), gt),
+                Shape::from([10, 64, 64]),
+                DType::F32,
+            );
+            g.add(Op::View(v, flat), Shape::from([64, 10, 64]), DType::F32)
+        };
+        let h3 =
+            g.add(Op::View(View::contiguous(&Shape::from([64, 64, 1024])), h), Shape::from([64, 64, 1024]), DType::F32);
+        let dw3 = g.add(Op::Matmul(g3, h3), Shape::from([64, 10, 1024]), DType::F32);
+        assert_eq!(thin_of(&g, dw3), Some(Thin { columns: false, team: false, narrow: 10 }));
+        // The input gradient's transpose, `h^T @ g`, and a product whose wide operand is contiguous along k.
+        let ht = t(&mut g, h);
+        let g64 = data(&mut g, &[4096, 16]);
+        let dh = g.add(Op::Matmul(ht, g64), Shape::from([1024, 16]), DType::F32);
+        assert_eq!(thin_of(&g, dh), None, "4 workgroups");
+        let big = data(&mut g, &[8192, 4096]);
+        let bigt = t(&mut g, big);
+        let few = data(&mut g, &[3, 4096]);
+        let rows_team = g.add(Op::Matmul(few, bigt), Shape::from([3, 8192]), DType::F32);
+        assert_eq!(thin_of(&g, rows_team), Some(Thin { columns: false, team: true, narrow: 3 }));
+        let tall = data(&mut g, &[4096, 32768]);
+        let tallt = t(&mut g, tall);
+        let x = data(&mut g, &[4096, 3]);
+        let cols_walk = g.add(Op::Matmul(tallt, x), Shape::from([32768, 3]), DType::F32);
+        assert_eq!(thin_of(&g, cols_walk), Some(Thin { columns: true, team: false, narrow: 3 }));
+    }
+
+    #[test]
     fn empty_tensors_schedule_nothing() {
         let mut g = Graph::default();
         let a = data(&mut g, &[0, 3]);
