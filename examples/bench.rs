@@ -2,7 +2,7 @@
 //! views and reductions; the CPU backend next to a hand-written rayon loop, lavapipe and ndarray.
 //! Prints markdown tables; `docs/BENCHMARKS.md` records what it printed. This file parses the arguments and runs
 //! the sections; each section is a file under `bench/` (`elementwise.rs`, `views.rs`, `reductions.rs`, `cpu.rs`,
-//! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`, `steady.rs`, `shapes.rs`), over the shared `timing.rs` (settings, medians, number formats),
+//! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`, `steady.rs`, `shapes.rs`, `clock.rs`), over the shared `timing.rs` (settings, medians, number formats),
 //! `check.rs` (checks against the host, dispatch counts) and `raw.rs` (raw wgpu copies and hand-written kernels).
 //!
 //! ```text
@@ -16,6 +16,7 @@
 //! cargo run --release --example bench -- random       # only the random-numbers section (bench/random.rs)
 //! cargo run --release --example bench -- life         # only the process-life section (bench/life.rs)
 //! cargo run --release --example bench -- shapes       # a training step's products one by one (bench/shapes.rs)
+//! cargo run --release --example bench -- clock        # chain3 beside the GPU's SM clock (bench/clock.rs)
 //! ```
 //!
 //! The matmul section (in `bench/matmul.rs`) times the cases of `torch_reference.py matmul`: square products,
@@ -56,6 +57,8 @@
 
 #[path = "bench/check.rs"]
 mod check;
+#[path = "bench/clock.rs"]
+mod clock;
 #[path = "../benches/common/mod.rs"]
 mod common;
 #[path = "bench/cpu.rs"]
@@ -118,7 +121,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    const SECTIONS: [&str; 12] = [
+    const SECTIONS: [&str; 13] = [
         "elementwise",
         "views",
         "reductions",
@@ -131,9 +134,10 @@ fn main() -> ExitCode {
         "training",
         "steady",
         "shapes",
+        "clock",
     ];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [cpu-views] [matmul] [dtypes] [life] [random] [training] [steady] [shapes] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [cpu-views] [matmul] [dtypes] [life] [random] [training] [steady] [shapes] [clock] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -188,6 +192,12 @@ fn main() -> ExitCode {
         let (dev, small) = default_device();
         let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
         if !shapes::run(&dev, &cfg, small) {
+            return ExitCode::FAILURE;
+        }
+    }
+    if wanted("clock") {
+        let (dev, small) = default_device();
+        if !clock::run(&dev, if small { 1 << 20 } else { 1 << 26 }) {
             return ExitCode::FAILURE;
         }
     }

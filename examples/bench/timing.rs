@@ -5,8 +5,14 @@ use lazor::{Device, Tensor};
 use std::time::{Duration, Instant};
 
 pub const WARMUP: usize = 3;
-/// Warm-up also lasts at least this long, so the GPU is busy (and clocked up) before timing starts.
-pub const WARMUP_MIN: Duration = Duration::from_millis(200);
+/// Warm-up also lasts at least this long (`LAZOR_BENCH_WARMUP_MS` overrides it), so the GPU is busy and clocked up
+/// before timing starts. On the H200 (Vulkan) the driver drops the SM clock from 1980 to 345 MHz within about two
+/// seconds of light load, such as a host uploading a case's inputs, and brings it back only after about a second of
+/// steady work; at 345 MHz chain3 at 2^26 and 2^27 runs at 1700-1850 GB/s instead of 4100-4200 (issue 24's
+/// slowdown, read from `nvidia-smi` beside each run). 200 ms of warm-up was not enough.
+pub fn warmup_min() -> Duration {
+    Duration::from_millis(env_num("LAZOR_BENCH_WARMUP_MS").unwrap_or(1500))
+}
 pub const MIN_RUNS: usize = 5;
 
 pub struct Config {
@@ -34,7 +40,7 @@ impl Config {
             "median of up to {} runs after at least {WARMUP} warm-up runs and {} ms (a cell stops after {} ms once it \
              has {MIN_RUNS})",
             self.runs,
-            WARMUP_MIN.as_millis(),
+            warmup_min().as_millis(),
             self.budget.as_millis()
         )
     }
@@ -96,8 +102,9 @@ pub fn measure(cfg: &Config, mut f: impl FnMut()) -> Timing {
 /// As [`measure`], for a closure that times `K` parts of its own work and returns them: medians per part.
 pub fn measure_parts<const K: usize>(cfg: &Config, mut f: impl FnMut() -> [Duration; K]) -> [Timing; K] {
     let warm = Instant::now();
+    let warmup_min = warmup_min();
     let mut n = 0;
-    while n < WARMUP || warm.elapsed() < WARMUP_MIN {
+    while n < WARMUP || warm.elapsed() < warmup_min {
         f();
         n += 1;
     }
