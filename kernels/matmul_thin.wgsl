@@ -3,8 +3,8 @@
 // to compute them) reads it once per output. The kernel is written for the wide side x (A's rows with few
 // columns, B's columns with few rows) and the narrow side j; `wide`, `narrow` and `put` map them onto A, B and C.
 //
-// TEAM (the wide operand is contiguous along k): a team of TEAM_SIZE threads per wide output walks k, 4 steps of
-// the team apart at a time so each thread has 4 loads in flight, then the team's sums are added in workgroup
+// TEAM (the wide operand is contiguous along k): a team of TEAM_SIZE threads per wide output walks k, 8 steps of
+// the team apart at a time so each thread has 8 loads in flight, then the team's sums are added in workgroup
 // memory. Otherwise: a thread per wide output walks all of k, neighbours reading neighbours. Both read the narrow
 // operand from a slab the workgroup stages in workgroup memory, KC steps of k at a time.
 //
@@ -69,20 +69,18 @@ fn team(lid: u32, first: u32) {
     for (var k0 = 0u; k0 < sizes().z; k0 += KC) {
         stage(lid, k0);
         if (inside) {
-            // KC / TEAM_SIZE = 8 steps per lane, 4 loads in flight at a time; 0 past k.
-            for (var i = 0u; i < KC / TEAM_SIZE; i += 4u) {
-                var w: array<f32, 4>;
-                for (var q = 0u; q < 4u; q++) {
-                    let k = k0 + lane + (i + q) * TEAM_SIZE;
-                    w[q] = select(0.0, wide(x, min(k, size.z - 1u)), k < size.z);
+            // KC / TEAM_SIZE = 8 steps per lane, all 8 loads in flight at once; 0 past k.
+            var w: array<f32, KC / TEAM_SIZE>;
+            for (var q = 0u; q < KC / TEAM_SIZE; q++) {
+                let k = k0 + lane + q * TEAM_SIZE;
+                w[q] = select(0.0, wide(x, min(k, size.z - 1u)), k < size.z);
+            }
+            for (var j = 0u; j < NT; j++) {
+                var s = acc[j];
+                for (var q = 0u; q < KC / TEAM_SIZE; q++) {
+                    s = fma(w[q], slab[j * KC + lane + q * TEAM_SIZE], s);
                 }
-                for (var j = 0u; j < NT; j++) {
-                    var s = acc[j];
-                    for (var q = 0u; q < 4u; q++) {
-                        s = fma(w[q], slab[j * KC + lane + (i + q) * TEAM_SIZE], s);
-                    }
-                    acc[j] = s;
-                }
+                acc[j] = s;
             }
         }
     }
