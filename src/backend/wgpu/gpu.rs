@@ -26,6 +26,10 @@ pub struct Gpu {
     pub checked: bool,
     /// Bytes of the adapter's largest device-local memory heap, where the backend says (Vulkan).
     pub memory: Option<u64>,
+    /// The matmul blockings for this adapter ([`Gpu::matmul_tiles`]), worked out once: every realize reads them,
+    /// and asking the host for its thread count (a CPU adapter's threshold) reads cgroup files, 38 us a time on a
+    /// 2-core VM, about half of a small realize's host time on lavapipe.
+    tiles: crate::kernel::MatmulTiles,
     /// Set by wgpu's device-lost callback; every later realize fails with it.
     pub lost: super::keep::Lost,
     /// Errors no error scope caught (there should be none): kept so the next realize returns them.
@@ -207,6 +211,7 @@ impl Gpu {
         let timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let checked = crate::env::shader_checks();
         let poisoned = Mutex::new(None);
+        let tiles = tiles_for(&info, &limits);
         Ok(Gpu {
             device,
             queue,
@@ -218,6 +223,7 @@ impl Gpu {
             timestamps,
             checked,
             memory,
+            tiles,
             lost,
             uncaptured,
             poisoned,
@@ -282,19 +288,24 @@ impl Gpu {
         self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
     }
 
-    /// The matmul blockings for this adapter: the tuned shapes that fit its workgroup memory, and enough large
-    /// workgroups to keep it busy. wgpu does not report compute units, so the threshold follows the kind of
-    /// adapter: the H200's (about two per unit of 132) for a discrete GPU, a quarter of that for an integrated one, and
-    /// two per host thread for a CPU adapter (lavapipe), which runs a workgroup per thread.
+    /// The matmul blockings for this adapter ([`tiles_for`]).
     pub fn matmul_tiles(&self) -> crate::kernel::MatmulTiles {
-        let tuned = crate::kernel::MatmulTiles::TUNED;
-        let busy = match self.info.device_type {
-            wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::Other => tuned.min_large_groups,
-            wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::VirtualGpu => tuned.min_large_groups / 4,
-            wgpu::DeviceType::Cpu => 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
-        };
-        crate::kernel::MatmulTiles::fitted(self.limits.max_compute_workgroup_storage_size, busy)
+        self.tiles
     }
+}
+
+/// The matmul blockings for an adapter: the tuned shapes that fit its workgroup memory, and enough large workgroups
+/// to keep it busy. wgpu does not report compute units, so the threshold follows the kind of adapter: the H200's
+/// (about two per unit of 132) for a discrete GPU, a quarter of that for an integrated one, and two per host thread
+/// for a CPU adapter (lavapipe), which runs a workgroup per thread.
+fn tiles_for(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> crate::kernel::MatmulTiles {
+    let tuned = crate::kernel::MatmulTiles::TUNED;
+    let busy = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::Other => tuned.min_large_groups,
+        wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::VirtualGpu => tuned.min_large_groups / 4,
+        wgpu::DeviceType::Cpu => 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    crate::kernel::MatmulTiles::fitted(limits.max_compute_workgroup_storage_size, busy)
 }
 
 impl Drop for Gpu {
