@@ -43,11 +43,11 @@ fn chain3_counts(dev: &Device) -> [(u64, u64); 2] {
     [true, false].map(|fuse| with_fusion(dev, fuse, || realize_counts(dev, || Case::Chain3.build(&a, &b, &c))))
 }
 
-fn run_size(raw: &Raw, cfg: &Config, n: usize) -> SizeResult {
+/// One size's cells on `dev`, the one device the whole section uses, as a user's program has: sizes one after
+/// another share its pool (which evicts the least recently freed past its budget).
+fn run_size(dev: &Device, raw: &Raw, cfg: &Config, n: usize) -> SizeResult {
+    let dev = dev.clone();
     let batch = cfg.batch;
-    // A fresh device per size: lazor's pool keeps at most 1 GiB of free buffers and does not evict old ones, so
-    // buffers left from another size would crowd out this size's intermediates (see docs/BENCHMARKS.md).
-    let dev = Device::new().expect("device");
     let [a, b, c] = abc(&dev, n);
     dev.synchronize().expect("synchronize");
 
@@ -217,12 +217,10 @@ pub fn run() -> bool {
          {ud} dispatches{}",
         if ok { " (as expected)" } else { " (UNEXPECTED: fused should be 1 submit, 1 dispatch)" }
     );
-    drop(dev);
-
     let mut results = Vec::new();
     for &n in &cfg.sizes {
         eprintln!("size {}", size_name(n));
-        results.push(run_size(&raw, &cfg, n));
+        results.push(run_size(&dev, &raw, &cfg, n));
     }
 
     print_lazor_table(&results, "Device-resident: build, realize(), synchronize()", |r| r.resident);
