@@ -1,7 +1,7 @@
 //! Elementwise throughput of lazor, fused and unfused, next to the device's own copy rates on the same adapter;
 //! views and reductions; the CPU backend next to a hand-written rayon loop, lavapipe and ndarray.
 //! Prints markdown tables; `docs/BENCHMARKS.md` records what it printed. This file parses the arguments and runs
-//! the sections; each section is a file under `bench/` (`elementwise.rs`, `views.rs`, `reductions.rs`, `cpu.rs`,
+//! the sections; each section is a file under `bench/` (`elementwise.rs`, `views.rs`, `reductions.rs`, `cpu.rs` with `cpu_ops.rs` and `cpu_views.rs`,
 //! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`, `steady.rs`, `shapes.rs`, `clock.rs`), over the shared `timing.rs` (settings, medians, number formats),
 //! `check.rs` (checks against the host, dispatch counts) and `raw.rs` (raw wgpu copies and hand-written kernels).
 //!
@@ -63,6 +63,8 @@ mod clock;
 mod common;
 #[path = "bench/cpu.rs"]
 mod cpu;
+#[path = "bench/cpu_ops.rs"]
+mod cpu_ops;
 #[path = "bench/cpu_views.rs"]
 mod cpu_views;
 #[path = "bench/dtypes.rs"]

@@ -334,5 +334,6 @@ pub fn run() -> bool {
             r.lazor.runs
         );
     }
+    crate::cpu_ops::run(&cpu, gpu.as_ref(), &cfg, 1 << 20);
     crate::cpu_views::run(&cpu, &cfg)
 }
