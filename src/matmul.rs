@@ -133,15 +133,13 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
     }
     let tiles = device.inner.backend.matmul_tiles();
     let (groups, depth) = if m.min(n) <= thin {
-        let columns = n <= thin && m > n;
-        let (ra, rb) = (a.ndim(), b.ndim());
-        let (wide, k_axis, wide_axis) = if columns { (a, ra - 1, ra - 2) } else { (b, rb - 2, rb - 1) };
-        let team = wide.contiguous_along(k_axis);
-        // As the scheduler: neither contiguity, or a vector walked by threads, is a fold.
-        if !team && (!wide.contiguous_along(wide_axis) || m.min(n) == 1) {
-            return None;
-        }
-        (crate::kernel::Thin { columns, team, narrow: m.min(n) as u8 }.groups(m, n, 1), if team { 256 } else { 64 })
+        // The scheduler's choice (a fold where there is none, which cuts k itself).
+        let layout = crate::kernel::Thin::choose(m, n, |is_a, along_k| {
+            let t = if is_a { a } else { b };
+            let r = t.ndim();
+            t.contiguous_along(if is_a == along_k { r - 1 } else { r - 2 })
+        })?;
+        (layout.groups(m, n, 1), if layout.team { 256 } else { 64 })
     } else {
         (tiles.large.groups(m, n), 512)
     };

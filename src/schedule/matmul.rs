@@ -90,23 +90,11 @@ fn thin_kernel(
     tiles: &MatmulTiles,
 ) -> Option<Thin> {
     let r = graph.node(a).shape.ndim();
-    let columns = n <= THIN && m > n;
-    // The wide operand's k axis and wide axis.
-    let (wide, k_axis, wide_axis) = if columns { (a, r - 1, r - 2) } else { (b, r - 2, r - 1) };
-    let team = if contiguous_along(graph, wide, k_axis) {
-        true
-    } else if contiguous_along(graph, wide, wide_axis) {
-        false
-    } else {
-        return None;
-    };
-    // A vector times a matrix walked by threads stays a fold: with one narrow output the fold reads the matrix once
-    // too, and on the H200 it did so faster (`[1, 4096] x [4096, 4096]`: 1551 GB/s, against 1326 cut into slices
-    // for the thin kernel).
-    if !team && m.min(n) == 1 {
-        return None;
-    }
-    let thin = Thin { columns, team, narrow: m.min(n) as u8 };
+    // A's k axis is its last, B's its second last.
+    let thin = Thin::choose(m, n, |is_a, along_k| {
+        let axis = if is_a == along_k { r - 1 } else { r - 2 };
+        contiguous_along(graph, if is_a { a } else { b }, axis)
+    })?;
     (k > 0 && thin.groups(m, n, batch) * 2 >= tiles.min_large_groups).then_some(thin)
 }
 
