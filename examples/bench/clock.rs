@@ -1,6 +1,7 @@
 //! The clock section: chain3 batches after the GPU sat idle and after a second of steady work, each beside the SM
-//! clock `nvidia-smi` reads right after it. It shows what slowed cases inside a long process (issue 24): the
-//! driver's clock, not lazor's buffers.
+//! clock `nvidia-smi` reads right after it, then many batches back to back with the outliers counted. It shows what
+//! slowed cases inside a long process (issue 24): the driver's clock, not lazor's buffers; and whether any
+//! pipelined batch still runs late at full clock.
 
 use crate::timing::{abc, gbs};
 use lazor::Device;
@@ -55,5 +56,24 @@ pub fn run(dev: &Device, n: usize) -> bool {
             );
         }
     }
+    // Outliers at full clock: many batches back to back, none waiting on `nvidia-smi` in between.
+    let mut times = Vec::with_capacity(OUTLIER_BATCHES);
+    for _ in 0..OUTLIER_BATCHES {
+        let Some(t) = batch() else { return false };
+        times.push(t);
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    let slow = times.iter().filter(|&&t| t > 2 * median).count();
+    println!(
+        "\n- {OUTLIER_BATCHES} more batches back to back: median {:.3} ms per realize, slowest {:.3}, {slow} over twice the \
+         median; SM clock after them {} MHz",
+        median.as_secs_f64() * 1e3,
+        times[times.len() - 1].as_secs_f64() * 1e3,
+        sm_clock()
+    );
     true
 }
+
+/// Batches timed back to back for the outlier count.
+const OUTLIER_BATCHES: usize = 64;
