@@ -11,6 +11,7 @@
 //   fn load_a(row: u32, k: u32, i: u32) -> f32   A's element (its prologue applied); i is the row-major index
 //   fn load_b(k: u32, col: u32, i: u32) -> f32   B's element
 //   fn store(row: u32, col: u32, i: u32, folded: f32)   the epilogue and the stores of one output element
+//   fn store4(row: u32, col: u32, i: u32, v: vec4<f32>)  4 neighbouring columns' (only with packed outputs)
 
 const THREADS: u32 = 256u;
 // Vec4 pitch of one step of k in the slabs: one vector of padding, so the transposing stores hit 32 banks.
@@ -144,7 +145,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
 
     // The epilogue of each of the thread's TM x TN outputs, written out by codegen with constant accumulator indices
-    // (see `stores` in src/codegen/matmul.rs): a loop here, left rolled by a compiler facing a long epilogue, indexes
-    // `acc` at run time and moves it out of registers.
+    // (see `stores` in src/codegen/matmul_stores.rs): a loop here, left rolled by a compiler facing a long epilogue,
+    // indexes `acc` at run time and moves it out of registers.
 /*STORES*/
 }

@@ -25,7 +25,8 @@ var<private> size: vec3<u32>;
 var<private> base_a: u32;
 var<private> base_b: u32;
 
-// The narrow operand's slab, `slab[j * KC + kk]`, then (TEAM) each thread's NT sums for its team to add.
+// The narrow operand's slab, `slab[j * KC + kk]`, then (TEAM) each thread's NT sums for its team to add: that
+// reuse needs KC == THREADS.
 var<workgroup> slab: array<f32, KC * NT>;
 
 // The wide side's extent.

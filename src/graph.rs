@@ -180,6 +180,16 @@ impl Graph {
         &self.nodes[id]
     }
 
+    /// Whether neighbouring elements of `id` along `axis` are neighbours in memory, as far as the graph tells: a
+    /// view with stride 1 there (or extent 1); anything but a view is row-major. A thin product's layout rests on it.
+    pub fn contiguous_along(&self, id: NodeId, axis: usize) -> bool {
+        let node = self.node(id);
+        match &node.op {
+            Op::View(v, _) => v.strides[axis].abs() == 1 || node.shape.dims()[axis] == 1,
+            _ => axis + 1 == node.shape.ndim(),
+        }
+    }
+
     /// Whether `id` is still live.
     pub fn contains(&self, id: NodeId) -> bool {
         self.nodes.contains_key(id)

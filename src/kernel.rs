@@ -71,20 +71,22 @@ pub struct Thin {
 
 /// The most outputs along the narrow side of a [`Thin`] product.
 pub const THIN_SIDE: usize = 16;
-/// Threads per output row of a [`Thin::Columns`] product.
+/// Threads per wide output of a [`Thin`] product with a team.
 pub const THIN_TEAM: usize = 32;
 
 impl Thin {
     /// The layout of an `m x n` product with at most [`THIN_SIDE`] outputs along a side, given `contiguous(a,
-    /// along_k)`: whether operand A (else B) is contiguous along k (else along its other axis). The narrow side is
-    /// the columns where `n` is the smaller; the other operand is the wide one. `None` where the wide operand is
+    /// last)`: whether operand A (else B) is contiguous along its last axis (else its second last). The narrow side
+    /// is the columns where `n` is the smaller; the other operand is the wide one. `None` where the wide operand is
     /// contiguous along neither axis, and for a vector times a matrix walked by threads: with one narrow output a
     /// fold reads the matrix once too, and on the H200 it did so faster (`[1, 4096] x [4096, 4096]`: 1551 GB/s,
     /// against 1326 for the thin kernel on slices of k). The scheduler and `Tensor::matmul`'s cut of k both ask.
     pub fn choose(m: usize, n: usize, contiguous: impl Fn(bool, bool) -> bool) -> Option<Thin> {
         let columns = n <= THIN_SIDE && m > n;
-        let team = contiguous(columns, true);
-        if !team && (!contiguous(columns, false) || m.min(n) == 1) {
+        // A's k axis is its last, B's its second last.
+        let along = |a: bool, along_k: bool| contiguous(a, a == along_k);
+        let team = along(columns, true);
+        if !team && (!along(columns, false) || m.min(n) == 1) {
             return None;
         }
         Some(Thin { columns, team, narrow: m.min(n) as u8 })

@@ -134,10 +134,9 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
     let tiles = device.inner.backend.matmul_tiles();
     let (groups, depth) = if m.min(n) <= thin {
         // The scheduler's choice (a fold where there is none, which cuts k itself).
-        let layout = crate::kernel::Thin::choose(m, n, |is_a, along_k| {
+        let layout = crate::kernel::Thin::choose(m, n, |is_a, last| {
             let t = if is_a { a } else { b };
-            let r = t.ndim();
-            t.contiguous_along(if is_a == along_k { r - 1 } else { r - 2 })
+            t.contiguous_along(t.ndim() - 2 + usize::from(last))
         })?;
         (layout.groups(m, n, 1), if layout.team { 256 } else { 64 })
     } else {
@@ -150,5 +149,8 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
     while groups * parts < tiles.min_large_groups && k % (parts * 2) == 0 && k / (parts * 2) >= depth {
         parts *= 2;
     }
-    (parts > 1).then_some(parts)
+    // Slices too few for the scheduler's thin kernel (it wants half `min_large_groups`) would become a batched fold
+    // plus a sum, slower than the one fold they replace.
+    let thin_enough = m.min(n) > thin || groups * parts * 2 >= tiles.min_large_groups;
+    (parts > 1 && thin_enough).then_some(parts)
 }

@@ -267,13 +267,9 @@ impl Tensor {
         }
     }
 
-    /// Whether neighbouring elements along `axis` are neighbours in memory, as far as the graph tells (a view with
-    /// stride 1 there; anything but a view is row-major). The scheduler's rule for a thin product's layout.
+    /// Whether neighbouring elements along `axis` are neighbours in memory ([`crate::graph::Graph::contiguous_along`]).
     pub(crate) fn contiguous_along(&self, axis: usize) -> bool {
-        match &self.device.state().graph.node(self.id).op {
-            Op::View(v, _) => v.strides[axis].abs() == 1 || self.shape.dims()[axis] == 1,
-            _ => axis + 1 == self.ndim(),
-        }
+        self.device.state().graph.contiguous_along(self.id, axis)
     }
 
     /// A tensor with its own row-major buffer once realized: `self` when it already is contiguous, otherwise a

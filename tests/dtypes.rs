@@ -449,7 +449,8 @@ fn a_half_product_stores_whole_words_beside_its_other_outputs() {
         for dt in [DType::F16, DType::BF16] {
             // n = 68: every row starts on a word, 4 columns a thread fill whole words; n = 67 and 130: rows that do
             // not, and the last columns a thread holds past n, stored element by element.
-            for (batch, m, k, n) in [(1, 70, 33, 68), (3, 33, 20, 67), (2, 129, 17, 130)] {
+            // (1, 700, 33, 10): a thin product, whose outputs go through the same `epi` one element at a time.
+            for (batch, m, k, n) in [(1, 70, 33, 68), (3, 33, 20, 67), (2, 129, 17, 130), (1, 700, 33, 10)] {
                 let ints =
                     |len: usize, rng: &mut Rng| -> Vec<f32> { (0..len).map(|_| rng.below(9) as f32 - 4.0).collect() };
                 let a = Tensor::from_vec_on(ints(batch * m * k, &mut rng), [batch, m, k], &dev).to_dtype(dt);

@@ -376,8 +376,10 @@ fn f16_products_on_tensor_cores_and_tiles() {
 fn thin_products_in_every_layout() {
     // At most 16 rows or columns of output: the thin kernel (a sum per narrow output in each thread's registers,
     // teams along k or a thread per wide output) where it makes enough workgroups, else a fold over k (two stages
-    // where k is long and outputs few). Narrow sides of 1, 3, 9, 10 and 16; k with remainders past the 4-step
-    // unrolling; wide sides past one workgroup.
+    // where k is long and outputs few). Narrow sides of 1, 3, 7, 10 and 16; k with remainders past the 4-step
+    // unrolling; wide sides past one workgroup. The two 20,000-wide shapes make enough workgroups for the thin kernel
+    // in all four layouts (each of the four products below) on any runner up to 79 threads, whose CPU adapter asks
+    // for 2 per thread.
     for dev in devices() {
         let mut rng = Rng::new(23);
         let shapes = [
@@ -388,6 +390,8 @@ fn thin_products_in_every_layout() {
             (300, 4100, 3),
             (1, 131, 2049),
             (2100, 7, 16),
+            (20_000, 64, 3),
+            (3, 64, 20_000),
         ];
         for &(m, k, n) in &shapes {
             let a = rand(&dev, &mut rng, &[m, k]);

@@ -8,6 +8,7 @@ mod elementwise;
 mod emit;
 mod helpers;
 mod matmul;
+mod matmul_stores;
 mod online;
 pub(crate) use matmul::COOP_WORKGROUP_BYTES;
 mod reduce;

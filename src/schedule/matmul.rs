@@ -1,6 +1,7 @@
 //! Lowering a matmul group: the product with its operands' expressions (the prologue, run on every load) and the
-//! elementwise members that consume it (the epilogue, run before the one store). Matrix-vector shapes are folds,
-//! lowered by the reduce path, which is built for memory bandwidth; everything else is one tiled kernel.
+//! elementwise members that consume it (the epilogue, run before the one store). Thin shapes (at most 16 outputs
+//! along a side) run on the thin kernel or, where it would not fill the device, as folds by the reduce path, which
+//! is built for memory bandwidth; everything else is one tiled kernel.
 
 use super::lower::{kernel, GroupCtx, Lowerer};
 use super::reduce::{lower_fold, Fold};
@@ -90,11 +91,8 @@ fn thin_kernel(
     tiles: &MatmulTiles,
 ) -> Option<Thin> {
     let r = graph.node(a).shape.ndim();
-    // A's k axis is its last, B's its second last.
-    let thin = Thin::choose(m, n, |is_a, along_k| {
-        let axis = if is_a == along_k { r - 1 } else { r - 2 };
-        contiguous_along(graph, if is_a { a } else { b }, axis)
-    })?;
+    let thin =
+        Thin::choose(m, n, |is_a, last| graph.contiguous_along(if is_a { a } else { b }, r - 2 + usize::from(last)))?;
     (k > 0 && thin.groups(m, n, batch) * 2 >= tiles.min_large_groups).then_some(thin)
 }
 
@@ -133,15 +131,6 @@ fn pick(shape: &Shape, domain: &[usize], axes: &[Option<usize>]) -> View {
     }
 }
 
-/// Whether the memory under `id` is contiguous along axis `axis` of its shape (a view with stride 1 there), as
-/// far as the graph tells: anything but a view is row-major.
-fn contiguous_along(graph: &Graph, id: NodeId, axis: usize) -> bool {
-    match &graph.node(id).op {
-        Op::View(v, _) => v.strides[axis].abs() == 1 || graph.node(id).shape.dims()[axis] == 1,
-        _ => axis + 1 == graph.node(id).shape.ndim(),
-    }
-}
-
 /// Thin products (`m` or `n` at most [`THIN`]; `m = 1` or `n = 1` are matrix-vector products): every output is a
 /// dot product of k elements, and the work is a fold of `a * b` over k, laid out so that the larger operand is
 /// read along its contiguous axis: k innermost (a team of threads per output) when it is contiguous along k,
@@ -157,9 +146,9 @@ fn matrix_vector(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let (m, k, n) = (sa.dims()[r - 2], sa.dims()[r - 1], sb.dims()[r - 1]);
     // Whether the larger operand is read along k.
     let k_inner = if m >= n {
-        m == 1 || contiguous_along(graph, a, r - 1)
+        m == 1 || graph.contiguous_along(a, r - 1)
     } else {
-        contiguous_along(graph, b, r - 2) && !contiguous_along(graph, b, r - 1)
+        graph.contiguous_along(b, r - 2) && !graph.contiguous_along(b, r - 1)
     };
     let batch: Vec<Option<usize>> = (0..r - 2).map(Some).collect();
     let mut domain: Vec<usize> = sa.dims()[..r - 2].to_vec();

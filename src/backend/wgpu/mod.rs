@@ -178,8 +178,8 @@ impl Drop for WgpuBackend {
         self.closed.store(true, Ordering::Release);
         if let Some(t) = self.submitter.take() {
             t.thread().unpark();
-            // It leaves once the submit it waits for is done; a panic there (wgpu panics on some device losses) is
-            // not this drop's to report.
+            // It leaves at its next check of `closed` (a poll, a short sleep); a panic there (wgpu panics on some
+            // device losses) is not this drop's to report.
             let _ = t.join();
         }
     }
@@ -224,7 +224,8 @@ fn submit_thread(sh: &Shared) {
             // in wgpu-core 30 a wait that times out while another thread polls can fail an internal assertion,
             // gfx-rs/wgpu#9958.)
             if sh.gpu.device.poll(wgpu::PollType::Poll).is_err() {
-                // A submit wgpu never ran cannot be waited for: submit what is held now, still in order.
+                // wgpu 30's `Poll` reports no error of its own (device losses surface through `is_lost` above); if a
+                // later wgpu does, submit what is held now, still in order, rather than spin.
                 let mut st = sh.state();
                 sh.flush(&mut st);
                 break;
