@@ -92,11 +92,20 @@ impl Thin {
         Some(Thin { columns, team, narrow: m.min(n) as u8 })
     }
 
+    /// Wide outputs per workgroup: a team's worth of threads each, or one thread each.
+    pub fn lines(self) -> usize {
+        let wg = WORKGROUP_SIZE as usize;
+        if self.team {
+            wg / THIN_TEAM
+        } else {
+            wg
+        }
+    }
+
     /// Workgroups for `batch` products of `m` x `n` outputs.
     pub fn groups(self, m: usize, n: usize, batch: usize) -> usize {
-        let wg = WORKGROUP_SIZE as usize;
         let wide = if self.columns { m } else { n };
-        batch * wide.div_ceil(if self.team { wg / THIN_TEAM } else { wg })
+        batch * wide.div_ceil(self.lines())
     }
 }
 

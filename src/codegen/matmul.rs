@@ -3,10 +3,10 @@
 //! its constants and with the generated functions it calls: the operands' loads (their prologues) and the epilogue.
 
 use super::emit::Emitter;
-use super::matmul_stores::{packed_stores, stores};
+use super::matmul_stores::{store_functions, stores};
 use super::Target;
 use crate::dtype::DType;
-use crate::kernel::{Access, Instr, Kernel, Kind, Matmul, ViewRef, THIN_TEAM};
+use crate::kernel::{Access, Instr, Kernel, Kind, Matmul, ViewRef};
 use std::fmt::Write;
 
 const SKELETON: &str = include_str!("../../kernels/matmul.wgsl");
@@ -97,12 +97,13 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
             mm.b_along_k
         );
     } else if let Some(thin) = mm.thin {
-        let nt = thin.narrow.max(1);
-        let lines = if thin.team { 256 / THIN_TEAM } else { 256 };
         let _ = write!(
             e.out,
-            "const FEW_COLUMNS: bool = {};\nconst TEAM: bool = {};\nconst NT: u32 = {nt}u;\nconst LINES: u32 = {lines}u;\n",
-            thin.columns, thin.team
+            "const FEW_COLUMNS: bool = {};\nconst TEAM: bool = {};\nconst NT: u32 = {}u;\nconst LINES: u32 = {}u;\n",
+            thin.columns,
+            thin.team,
+            thin.narrow,
+            thin.lines()
         );
     } else {
         let _ = write!(
@@ -137,23 +138,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
             load(&mut e, op);
         }
     }
-    let packed: Vec<(usize, u32)> = (0..k.outputs.len()).filter_map(|o| e.packed_per(o).map(|per| (o, per))).collect();
-    if packed.is_empty() {
-        e.line(
-            0,
-            &format!(
-                "fn store(r: u32, c: u32, i: u32, folded: f32) {{\n    let c{row} = i32(r);\n    let c{col} = i32(c);"
-            ),
-        );
-        e.range(mm.b_end..k.body.len(), 1);
-        for (o, &(_, value)) in k.outputs.iter().enumerate() {
-            let st = e.store(o, "i", &format!("t{value}"));
-            e.line(1, &st);
-        }
-        e.line(0, "}");
-    } else {
-        packed_stores(&mut e, &packed, mm.b_end, row, col);
-    }
+    let packed = store_functions(&mut e, mm.b_end, row, col);
     if let Some((_, fm, fn_)) = layout {
         e.out.push_str(&coop_body(fm, fn_, mm.a_along_k, mm.b_along_k));
     } else if let Some(thin) = mm.thin {
@@ -163,7 +148,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         }
         e.out.push_str(&THIN_SKELETON.replace("/*STORES*/", &puts));
     } else {
-        e.out.push_str(&SKELETON.replace("/*STORES*/", &stores(mm.tile, !packed.is_empty())));
+        e.out.push_str(&SKELETON.replace("/*STORES*/", &stores(mm.tile, packed)));
     }
     let Emitter { b, out, .. } = e;
     b.finish(&out)

@@ -1,5 +1,5 @@
-//! The tiled matmul's epilogue stores: each thread's outputs unrolled with constant accumulator indices, and, for
-//! outputs packed two or four to a word, the `epi` / `store` / `store4` functions that write whole words.
+//! A matmul's epilogue stores: the `store` function every skeleton calls (with `epi` and `store4` for outputs packed
+//! two or four to a word, which write whole words), and the tiled kernel's calls of it, unrolled.
 
 use super::emit::Emitter;
 use std::fmt::Write;
@@ -50,13 +50,37 @@ pub(super) fn stores(tile: crate::kernel::MatmulTile, packed: bool) -> String {
     out
 }
 
+/// Emits the epilogue's store functions from instruction `epilogue` on, with `row` and `col` the kernel's last two
+/// axes: `store` alone where every output is stored whole, else [`packed_stores`]; whether any output is packed.
+pub(super) fn store_functions(e: &mut Emitter, epilogue: usize, row: usize, col: usize) -> bool {
+    let k = e.k;
+    let packed: Vec<(usize, u32)> = (0..k.outputs.len()).filter_map(|o| e.packed_per(o).map(|per| (o, per))).collect();
+    if !packed.is_empty() {
+        packed_stores(e, &packed, epilogue, row, col);
+        return true;
+    }
+    e.line(
+        0,
+        &format!(
+            "fn store(r: u32, c: u32, i: u32, folded: f32) {{\n    let c{row} = i32(r);\n    let c{col} = i32(c);"
+        ),
+    );
+    e.range(epilogue..k.body.len(), 1);
+    for (o, &(_, value)) in k.outputs.iter().enumerate() {
+        let st = e.store(o, "i", &format!("t{value}"));
+        e.line(1, &st);
+    }
+    e.line(0, "}");
+    false
+}
+
 /// The epilogue of a kernel with `packed` outputs (narrow elements stored by atomic word updates where they are
 /// stored one at a time), as three functions: `epi` runs the epilogue of one element, stores its word-sized
 /// outputs and returns the packed outputs' bits; `store` writes those bits one element at a time; `store4` takes 4
 /// neighbouring columns of one row, and where they fill whole words (the first one's flat index a multiple of the
 /// elements per word, all 4 inside) writes each word once. Element by element, a bf16 product's two atomic updates
 /// per output ran 4096^3 at 2.3 TFLOP/s against the f32 kernel's 28.
-pub(super) fn packed_stores(e: &mut Emitter, packed: &[(usize, u32)], epilogue: usize, row: usize, col: usize) {
+fn packed_stores(e: &mut Emitter, packed: &[(usize, u32)], epilogue: usize, row: usize, col: usize) {
     let k = e.k;
     let n = packed.len();
     e.line(

@@ -105,8 +105,8 @@ pub fn settled(first: u64, next: u64, waits: bool) -> u64 {
 /// submit and every wait).
 #[derive(Default)]
 pub struct InFlight {
-    /// Submits not yet seen finished: their number, wgpu's index for them and the realizes they carry.
-    sent: VecDeque<(u64, wgpu::SubmissionIndex, u32)>,
+    /// Submits not yet seen finished: their number and the realizes they carry.
+    sent: VecDeque<(u64, u32)>,
     /// Submits made.
     made: u64,
     /// Submits finished, set by the callbacks.
@@ -116,14 +116,14 @@ pub struct InFlight {
 impl InFlight {
     /// Submits `commands`, which carry `realizes` realizes, and counts them.
     pub fn submit(&mut self, queue: &wgpu::Queue, commands: wgpu::CommandBuffer, realizes: u32) {
-        let index = queue.submit([commands]);
+        queue.submit([commands]);
         self.made += 1;
         let number = self.made;
         let done = self.done.clone();
         queue.on_submitted_work_done(move || {
             done.fetch_max(number, Ordering::AcqRel);
         });
-        self.sent.push_back((number, index, realizes));
+        self.sent.push_back((number, realizes));
     }
 
     /// Submits made so far.
@@ -134,7 +134,7 @@ impl InFlight {
     /// Submits not known to be finished.
     pub fn count(&mut self) -> usize {
         let done = self.done.load(Ordering::Acquire);
-        while self.sent.front().is_some_and(|&(n, _, _)| n <= done) {
+        while self.sent.front().is_some_and(|&(n, _)| n <= done) {
             self.sent.pop_front();
         }
         (self.made - done) as usize
@@ -143,13 +143,7 @@ impl InFlight {
     /// Whether a held batch of `held` realizes goes to the GPU now (see [`submit_now`]).
     pub fn room(&mut self, depth: usize, held: u32) -> bool {
         let n = self.count();
-        submit_now(n, depth, held, self.sent.back().map_or(0, |s| s.2))
-    }
-
-    /// The oldest submit not known to be finished: the one to wait for before the queue has room.
-    pub fn oldest(&mut self) -> Option<wgpu::SubmissionIndex> {
-        self.count();
-        self.sent.front().map(|(_, index, _)| index.clone())
+        submit_now(n, depth, held, self.sent.back().map_or(0, |s| s.1))
     }
 }
 

@@ -209,7 +209,7 @@ fn submit_thread(sh: &Shared) {
                     break;
                 }
                 // Nothing in flight and no room: depth 0, held back until a read, synchronize or flush.
-                if st.in_flight.oldest().is_none() {
+                if st.in_flight.count() == 0 {
                     break;
                 }
             }
