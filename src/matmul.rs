@@ -145,12 +145,58 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
     if k < 8 * depth {
         return None;
     }
-    let mut parts = 1;
-    while groups * parts < tiles.min_large_groups && k % (parts * 2) == 0 && k / (parts * 2) >= depth {
-        parts *= 2;
-    }
+    let parts = if m.min(n) <= thin {
+        let mut parts = 1;
+        while groups * parts < tiles.min_large_groups && k % (parts * 2) == 0 && k / (parts * 2) >= depth {
+            parts *= 2;
+        }
+        parts
+    } else {
+        tiled_slices(groups, k, depth, tiles.min_large_groups)
+    };
     // Slices too few for the scheduler's thin kernel (it wants half `min_large_groups`) would become a batched fold
     // plus a sum, slower than the one fold they replace.
     let thin_enough = m.min(n) > thin || groups * parts * 2 >= tiles.min_large_groups;
     (parts > 1 && thin_enough).then_some(parts)
+}
+
+/// Slices of k for a tiled product of `groups` large tiles over `k`, on a device that runs `busy` workgroups at
+/// once: 1 where the tiles alone fill the device. Otherwise, among the powers of two dividing `k` into slices at
+/// least `depth` deep that give at least `busy` workgroups (so the slices keep the large tile), the one whose
+/// rounds of `busy` workgroups, each as long as a slice, add up to the least; ties go to fewer slices (less to
+/// sum). A round is paid in full however few workgroups it holds: cut 8 ways, a `[1536, 384]` gradient's 36
+/// tiles make 288 workgroups, two rounds of a 2048-deep slice, where 32 ways make five rounds of 512. Where no
+/// count reaches `busy`, the most slices `depth` allows.
+fn tiled_slices(groups: usize, k: usize, depth: usize, busy: usize) -> usize {
+    if groups >= busy {
+        return 1;
+    }
+    let counts = std::iter::successors(Some(2), |p| Some(p * 2)).take_while(|&p| k % p == 0 && k / p >= depth);
+    let rounds = |p: usize| (groups * p).div_ceil(busy) * (k / p);
+    let filling = counts.clone().filter(|&p| groups * p >= busy).min_by_key(|&p| (rounds(p), p));
+    filling.or_else(|| counts.last()).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tiled_slices;
+
+    #[test]
+    fn weight_gradients_are_cut_into_the_fewest_rounds_of_slices() {
+        // nanoGPT's MLP weight gradients: 36 large tiles over k = 16384 on a device running 256 at once. 8 slices
+        // (288 workgroups) would be two rounds of 2048; 32 are five rounds of 512.
+        assert_eq!(tiled_slices(36, 16384, 512, 256), 32);
+        // Its attention weights' 27 tiles: 16 and 32 slices both take 2048 (2 x 1024, 4 x 512): the fewer.
+        assert_eq!(tiled_slices(27, 16384, 512, 256), 16);
+        // The MLP's [1024 x 1024] gradient: 64 tiles, 4 slices fill one round exactly.
+        assert_eq!(tiled_slices(64, 4096, 512, 256), 4);
+        // Slices stay at least `depth` deep, even where that leaves the device short of workgroups.
+        assert_eq!(tiled_slices(9, 4096, 512, 256), 8);
+        assert_eq!(tiled_slices(9, 16384, 512, 256), 32);
+        // Enough tiles already, or k too short to cut: no slices.
+        assert_eq!(tiled_slices(256, 1 << 20, 512, 256), 1);
+        assert_eq!(tiled_slices(10, 1000, 512, 256), 1);
+        // k cut only by powers of two that divide it.
+        assert_eq!(tiled_slices(36, 2 * 4097, 512, 256), 2);
+    }
 }

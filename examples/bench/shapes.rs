@@ -23,7 +23,7 @@ const fn s(name: &'static str, batch: usize, m: usize, k: usize, n: usize, ta: b
 
 /// The MLP 784-1024-1024-10 at batch 4096 (products with 10 columns are folds, not tiles: left out), and the GPT
 /// (batch 64 x context 256 = 16384 tokens, width 384, 6 heads of 64).
-const SHAPES: [Shape; 20] = [
+const SHAPES: [Shape; 21] = [
     s("mlp x W1", 1, 4096, 784, 1024, false, false),
     s("mlp h1 W2", 1, 4096, 1024, 1024, false, false),
     s("mlp x^T d1", 1, 784, 4096, 1024, true, false),
@@ -36,6 +36,7 @@ const SHAPES: [Shape; 20] = [
     s("gpt h Wfc2", 1, 16384, 1536, 384, false, false),
     s("gpt x^T dqkv", 1, 384, 16384, 1152, true, false),
     s("gpt h^T dfc2", 1, 1536, 16384, 384, true, false),
+    s("gpt x^T dfc", 1, 384, 16384, 1536, true, false),
     s("gpt dfc Wfc^T", 1, 16384, 1536, 384, false, true),
     s("gpt dh Wfc2^T", 1, 16384, 384, 1536, false, true),
     s("gpt q k^T", 384, 256, 64, 256, false, true),
