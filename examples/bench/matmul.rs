@@ -104,6 +104,16 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
             "off for matmul kernels (default)"
         }
     );
+    if !dev.is_cpu() {
+        // 8 workgroups per compute unit of a 132-unit GPU; a token amount on a software adapter.
+        let raw = crate::raw::Raw::open(dev);
+        let (groups, rounds) = if small { (16, 16) } else { (1056, 4096) };
+        let rate = raw.fma_rate(cfg, groups, rounds);
+        println!(
+            "- FMA ceiling: {rate:.2} TFLOP/s (a hand-written WGSL kernel of 64 independent register FMA chains per \
+             thread, no memory traffic: what the shader compiler reaches without loads)"
+        );
+    }
     println!();
     println!(
         "| case | shape | dispatches | host ms | ms (x{0}) | rate | ms ({0} in 1 realize) | rate | ms (1/sync) | rate |",

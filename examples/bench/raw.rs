@@ -65,6 +65,36 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: v
 }
 ";
 
+/// The FMA ceiling: each thread runs 64 independent chains of fused multiply-adds on registers (16 `vec4`s, the
+/// tiled matmul's 8 x 8 accumulators), written out one statement each (a loop over an array of accumulators was
+/// left rolled by NVIDIA's compiler, which then kept the array in memory: 1.3 TFLOP/s), with operands from the
+/// parameter buffer so nothing folds, and no memory traffic but one store per thread at the end. `p[0]` is the
+/// number of rounds of 4 x 64 FMAs.
+fn fma_peak() -> String {
+    use std::fmt::Write;
+    let mut s = String::from(
+        "@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read_write> o0: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let m = vec4<f32>(bitcast<f32>(p[1]));
+    let c = vec4<f32>(bitcast<f32>(p[2]));
+",
+    );
+    for j in 0..16 {
+        let _ = writeln!(s, "    var a{j} = vec4<f32>(f32(gid.x + {j}u));");
+    }
+    s += "    for (var i = 0u; i < p[0]; i++) {\n";
+    for _ in 0..4 {
+        for j in 0..16 {
+            let _ = writeln!(s, "        a{j} = fma(a{j}, m, c);");
+        }
+    }
+    s += "    }\n    let t = ";
+    s += &(0..16).map(|j| format!("a{j}")).collect::<Vec<_>>().join(" + ");
+    s + ";\n    o0[gid.x] = t.x + t.y + t.z + t.w;\n}\n"
+}
+
 impl RawOp {
     fn wgsl(self) -> String {
         if let RawOp::TransposeAddTiled = self {
@@ -269,6 +299,38 @@ impl Raw {
         let one = measure(cfg, || self.dispatch(&k, 1));
         let many = measure(cfg, || self.dispatch(&k, cfg.batch)).per(cfg.batch);
         Pair { one, many }
+    }
+
+    /// The FMA rate (TFLOP/s, 2 per FMA) of [`fma_peak`] over `groups` workgroups of 256 threads: what this
+    /// device's shader compiler makes of register FMAs from WGSL, the ceiling for a matmul kernel's inner loop.
+    pub fn fma_rate(&self, cfg: &Config, groups: u32, rounds: u32) -> f64 {
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("fma peak"),
+            source: wgpu::ShaderSource::Wgsl(fma_peak().into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("fma peak"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let p = self.buffer(16, "params");
+        let params = [rounds, 0.999f32.to_bits(), 1e-3f32.to_bits(), 0];
+        self.queue.write_buffer(&p, 0, bytemuck::cast_slice(&params));
+        let out = self.buffer(groups as u64 * 256 * 4, "fma out");
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: p.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: out.as_entire_binding() },
+            ],
+        });
+        let k = RawKernel { pipeline, bind_group, groups: (groups, 1), buffers: vec![p, out] };
+        let t = measure(cfg, || self.dispatch(&k, cfg.batch)).per(cfg.batch);
+        2.0 * 256.0 * 64.0 * 4.0 * f64::from(groups) * f64::from(rounds) / t.median.as_secs_f64() / 1e12
     }
 
     /// Runs each kernel once on small data and compares with the host.
