@@ -120,7 +120,7 @@ impl Tensor {
 /// - Tiled products: slices at least 512 deep, sized for the large tile. On the H200 a weight gradient
 ///   `[384, 16384] x [16384, 384]` ran as 36 workgroups at 2.8 TFLOP/s; slices sized for the small tile ran
 ///   nanoGPT's weight gradients at 18-24 TFLOP/s, sized for the large one at 22-26 (a training step 61-68 ms
-///   against 55).
+///   against 55). Among the counts that fill the GPU, the fewest rounds of workgroups ([`tiled_slices`]).
 /// - Thin products (at most [`crate::schedule::THIN`] rows or columns; a 10-class layer's weight gradient, a
 ///   vector times a matrix) on the thin kernel's layout ([`crate::kernel::Thin`], chosen by the same rule as the
 ///   scheduler's): slices at least 64 deep where a thread walks k, 256 where a team does.

@@ -216,20 +216,25 @@ impl Raw {
         self.wait();
     }
 
-    /// `op` over `n` elements, with fresh buffers.
-    fn kernel(&self, op: RawOp, n: usize) -> RawKernel {
+    /// A compute pipeline of WGSL `src`, entry point `main`, its layout derived from the shader.
+    fn pipeline(&self, label: &str, src: String) -> wgpu::ComputePipeline {
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("raw"),
-            source: wgpu::ShaderSource::Wgsl(op.wgsl().into()),
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
         });
-        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("raw"),
+        self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
             layout: None,
             module: &module,
             entry_point: Some("main"),
             compilation_options: Default::default(),
             cache: None,
-        });
+        })
+    }
+
+    /// `op` over `n` elements, with fresh buffers.
+    fn kernel(&self, op: RawOp, n: usize) -> RawKernel {
+        let pipeline = self.pipeline("raw", op.wgsl());
         let threads = n / op.per_thread();
         // The side of a square of n elements, for the transpose kernels.
         let side = if ViewCase::TransposeAdd.valid(n) { ViewCase::TransposeAdd.side(n) } else { 0 };
@@ -304,18 +309,7 @@ impl Raw {
     /// The FMA rate (TFLOP/s, 2 per FMA) of [`fma_peak`] over `groups` workgroups of 256 threads: what this
     /// device's shader compiler makes of register FMAs from WGSL, the ceiling for a matmul kernel's inner loop.
     pub fn fma_rate(&self, cfg: &Config, groups: u32, rounds: u32) -> f64 {
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("fma peak"),
-            source: wgpu::ShaderSource::Wgsl(fma_peak().into()),
-        });
-        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("fma peak"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let pipeline = self.pipeline("fma peak", fma_peak());
         let p = self.buffer(16, "params");
         let params = [rounds, 0.999f32.to_bits(), 1e-3f32.to_bits(), 0];
         self.queue.write_buffer(&p, 0, bytemuck::cast_slice(&params));
