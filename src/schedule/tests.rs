@@ -1,0 +1,415 @@
+//! The scheduler's unit tests, without a GPU: plans of small graphs (fusion, kernel counts, layouts, buffers).
+
+use super::*;
+use crate::dtype::DType;
+use crate::graph::build::{bin, data, fold, scalar, un};
+use crate::kernel::Instr;
+use crate::op::{BinaryOp, UnaryOp};
+use crate::shape::Shape;
+use crate::view::View;
+
+const FUSE: Options = Options::TEST;
+const NOFUSE: Options = Options { fuse: false, ..Options::TEST };
+
+/// `((a + b) * 5.0 - c) / 2.0`
+fn chain3(g: &mut Graph, n: usize) -> NodeId {
+    let (a, b, c) = (data(g, &[n]), data(g, &[n]), data(g, &[n]));
+    let s5 = scalar(g, 5.0);
+    let s2 = scalar(g, 2.0);
+    let x = bin(g, BinaryOp::Add, a, b);
+    let x = bin(g, BinaryOp::Mul, x, s5);
+    let x = bin(g, BinaryOp::Sub, x, c);
+    bin(g, BinaryOp::Div, x, s2)
+}
+
+#[test]
+fn chain_fuses_into_one_kernel() {
+    let mut g = Graph::default();
+    let out = chain3(&mut g, 1000);
+    let p = plan(&g, &[out], &FUSE);
+    assert_eq!(p.kernels.len(), 1);
+    let k = &p.kernels[0];
+    assert_eq!(k.inputs.len(), 3);
+    assert_eq!(k.outputs.len(), 1);
+    assert_eq!(k.fused_ops, 4);
+    let scalars: Vec<f32> = k
+        .body
+        .iter()
+        .filter_map(|i| match i {
+            Instr::Scalar(at) => Some(f32::from_bits(k.params[*at])),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scalars, vec![5.0, 2.0]);
+    assert!(k.dims_at.is_none(), "same-shape inputs are read at the kernel's own index");
+    assert_eq!(k.width, 4, "so it runs on vec4");
+    assert!(crate::codegen::generate(k, &Default::default()).contains("array<vec4<f32>>"));
+    assert_eq!(p.slots.iter().filter(|s| s.source == Source::Upload).count(), 3);
+}
+
+#[test]
+fn nofuse_is_one_kernel_per_op_and_ping_pongs() {
+    let mut g = Graph::default();
+    let mut x = data(&mut g, &[64]);
+    let one = scalar(&mut g, 1.0);
+    for _ in 0..100 {
+        x = bin(&mut g, BinaryOp::Add, x, one);
+    }
+    let p = plan(&g, &[x], &NOFUSE);
+    assert_eq!(p.kernels.len(), 100);
+    // Each intermediate dies right after the kernel that reads it.
+    for (k, frees) in p.frees.iter().enumerate() {
+        let expect = if k == 0 { 0 } else { 1 };
+        assert_eq!(frees.len(), expect, "kernel {k}");
+        if k > 0 {
+            assert_eq!(frees[0], p.kernels[k - 1].outputs[0].0);
+            assert_eq!(p.slots[frees[0]].source, Source::Kernel);
+        }
+    }
+}
+
+#[test]
+fn broadcast_input_is_strided() {
+    let mut g = Graph::default();
+    let a = data(&mut g, &[2, 3]);
+    let b = data(&mut g, &[3]);
+    let c = bin(&mut g, BinaryOp::Add, a, b);
+    let p = plan(&g, &[c], &FUSE);
+    let k = &p.kernels[0];
+    assert_eq!(k.dims_at, Some(1));
+    // numel, dims [2, 3], then b's view: strides [0, 1] and offset 0.
+    assert_eq!(k.params, vec![6, 2, 3, 0, 1, 0]);
+    assert_eq!(k.width, 1, "small strided kernels run one element per thread");
+}
+
+#[test]
+fn shared_subexpression_is_computed_once_for_two_outputs() {
+    let mut g = Graph::default();
+    let a = data(&mut g, &[8]);
+    let e = g.add(Op::Unary(UnaryOp::Exp, a), Shape::from([8]), DType::F32);
+    let x = bin(&mut g, BinaryOp::Add, e, a);
+    let y = bin(&mut g, BinaryOp::Mul, e, a);
+    let p = plan(&g, &[x, y], &FUSE);
+    assert_eq!(p.kernels.len(), 1);
+    let k = &p.kernels[0];
+    assert_eq!(k.outputs.len(), 2);
+    assert_eq!(k.fused_ops, 3, "exp once, add, mul");
+    assert_eq!(k.inputs.len(), 1);
+}
+
+#[test]
+fn too_many_buffers_split_the_kernel() {
+    let mut g = Graph::default();
+    let mut x = data(&mut g, &[16]);
+    for _ in 0..20 {
+        let d = data(&mut g, &[16]);
+        x = bin(&mut g, BinaryOp::Add, x, d);
+    }
+    let p = plan(&g, &[x], &FUSE);
+    assert!(p.kernels.len() > 1);
+    for k in p.kernels.iter() {
+        assert!(k.bindings() <= 8, "{} bindings", k.bindings());
+    }
+    let total: usize = p.kernels.iter().map(|k| k.fused_ops).sum();
+    assert_eq!(total, 20, "nothing is computed twice");
+}
+
+#[test]
+fn outputs_of_different_shapes_load_each_other() {
+    let mut g = Graph::default();
+    let a = data(&mut g, &[3]);
+    let small = g.add(Op::Unary(UnaryOp::Exp, a), Shape::from([3]), DType::F32);
+    let big_in = data(&mut g, &[4, 3]);
+    let big = bin(&mut g, BinaryOp::Mul, big_in, small);
+    let p = plan(&g, &[big, small], &FUSE);
+    assert_eq!(p.kernels.len(), 2);
+    let small_slot = p.slot_of(small).unwrap();
+    assert_eq!(p.kernels[0].outputs[0].0, small_slot);
+    assert!(p.kernels[1].inputs.iter().any(|i| i.0 == small_slot));
+    assert!(p.frees.iter().all(|f| f.is_empty()), "requested outputs are never freed");
+}
+
+#[test]
+fn long_chains_split_into_equal_kernels() {
+    let mut g = Graph::default();
+    let mut x = data(&mut g, &[4]);
+    for i in 0..1000 {
+        let c = scalar(&mut g, i as f32);
+        x = bin(&mut g, BinaryOp::Add, x, c);
+    }
+    let p = plan(&g, &[x], &FUSE);
+    assert_eq!(p.kernels.len(), 4);
+    assert!(p.kernels.iter().all(|k| k.fused_ops <= 256));
+    assert_eq!(p.kernels.iter().map(|k| k.fused_ops).sum::<usize>(), 1000);
+    let src: Vec<String> = p.kernels.iter().map(|k| crate::codegen::generate(k, &Default::default())).collect();
+    assert_eq!(src[1], src[2], "equal chunks share one pipeline");
+}
+
+#[test]
+fn kernels_of_one_structure_share_a_pipeline_key() {
+    let mut g = Graph::default();
+    let small = chain3(&mut g, 1000);
+    let big = chain3(&mut g, 100_000);
+    let t = crate::codegen::Target::default();
+    let (p1, p2) = (plan(&g, &[small], &FUSE), plan(&g, &[big], &FUSE));
+    let (k1, k2) = (&p1.kernels[0], &p2.kernels[0]);
+    assert_ne!(k1.params, k2.params);
+    assert_eq!(crate::codegen::Key::of(k1, &t), crate::codegen::Key::of(k2, &t));
+    assert_eq!(crate::codegen::generate(k1, &t), crate::codegen::generate(k2, &t));
+    let e = g.add(Op::Unary(UnaryOp::Exp, big), Shape::from([100_000]), DType::F32);
+    let p3 = plan(&g, &[e], &FUSE);
+    assert_ne!(crate::codegen::Key::of(&p3.kernels[0], &t), crate::codegen::Key::of(k2, &t));
+}
+
+/// `x [m, k] @ w [k, n]`, with `x` first put through `pre` and the product through `post`.
+fn matmul(g: &mut Graph, m: usize, k: usize, n: usize) -> (NodeId, NodeId, NodeId) {
+    let x = data(g, &[m, k]);
+    let w = data(g, &[k, n]);
+    let p = g.add(Op::Matmul(x, w), Shape::from([m, n]), DType::F32);
+    (x, w, p)
+}
+
+#[test]
+fn matmul_takes_its_epilogue_and_cheap_prologues() {
+    let mut g = Graph::default();
+    let (x, w, _) = matmul(&mut g, 64, 32, 48);
+    let bias = data(&mut g, &[48]);
+    let rx = g.add(Op::Unary(UnaryOp::Relu, x), Shape::from([64, 32]), DType::F32);
+    let p = g.add(Op::Matmul(rx, w), Shape::from([64, 48]), DType::F32);
+    let y = bin(&mut g, BinaryOp::Add, p, bias);
+    let y = g.add(Op::Unary(UnaryOp::Gelu, y), Shape::from([64, 48]), DType::F32);
+    let pl = plan(&g, &[y], &FUSE);
+    assert_eq!(pl.kernels.len(), 1);
+    let k = &pl.kernels[0];
+    let crate::kernel::Kind::Matmul(mm) = k.kind else { panic!("{:?}", k.kind) };
+    assert!(matches!(k.body[mm.a], Instr::Unary(UnaryOp::Relu, _)), "relu runs on A's loads");
+    assert!(k.body[mm.b_end..].contains(&Instr::Reduced), "the epilogue reads the product");
+    assert!(mm.a_along_k && !mm.b_along_k, "row-major A along k, row-major B along n");
+    assert_eq!((k.inputs.len(), k.outputs.len()), (3, 1));
+    // An expensive operand is stored first.
+    let mut heavy = x;
+    for op in [UnaryOp::Exp, UnaryOp::Sin, UnaryOp::Cos] {
+        heavy = g.add(Op::Unary(op, heavy), Shape::from([64, 32]), DType::F32);
+    }
+    let p = g.add(Op::Matmul(heavy, w), Shape::from([64, 48]), DType::F32);
+    let pl = plan(&g, &[p], &FUSE);
+    assert_eq!(pl.kernels.len(), 2);
+    assert_eq!(pl.kernels[0].kind, crate::kernel::Kind::Elementwise);
+}
+
+#[test]
+fn a_reshape_of_the_product_joins_its_epilogue() {
+    // `conv2d`: a [2, 24, 36] product plus a bias along rows, seen as [2, 24, 6, 6], then an activation.
+    let mut g = Graph::default();
+    let w = data(&mut g, &[2, 24, 32]);
+    let cols = data(&mut g, &[2, 32, 36]);
+    let bias = data(&mut g, &[24, 1]);
+    let p = g.add(Op::Matmul(w, cols), Shape::from([2, 24, 36]), DType::F32);
+    let y = bin(&mut g, BinaryOp::Add, p, bias);
+    let image = Shape::from([2, 24, 6, 6]);
+    let v = g.add(Op::View(View::contiguous(&image), y), image.clone(), DType::F32);
+    let r = g.add(Op::Unary(UnaryOp::Relu, v), image.clone(), DType::F32);
+    let pl = plan(&g, &[r], &FUSE);
+    assert_eq!(pl.kernels.len(), 1, "bias and relu in the product's epilogue");
+    assert!(matches!(pl.kernels[0].kind, crate::kernel::Kind::Matmul(_)));
+    // Read through anything but a reshape (a transpose of the image), it starts a kernel of its own.
+    let t = View::contiguous(&image).permute(&[0, 1, 3, 2]);
+    let vt = g.add(Op::View(t, v), image.clone(), DType::F32);
+    let rt = g.add(Op::Unary(UnaryOp::Relu, vt), image, DType::F32);
+    assert_eq!(plan(&g, &[rt], &FUSE).kernels.len(), 2);
+}
+
+#[test]
+fn matrix_vector_products_are_folds() {
+    let mut g = Graph::default();
+    let (_, _, p) = matmul(&mut g, 1, 4096, 512);
+    let pl = plan(&g, &[p], &FUSE);
+    assert!(pl.kernels.iter().all(|k| matches!(k.kind, crate::kernel::Kind::Reduce(r) if !r.rows)), "k outer");
+    let (_, _, p) = matmul(&mut g, 512, 4096, 1);
+    let pl = plan(&g, &[p], &FUSE);
+    assert!(matches!(pl.kernels[0].kind, crate::kernel::Kind::Reduce(r) if r.rows), "k innermost");
+}
+
+#[test]
+fn thin_products_with_enough_work_hold_the_narrow_side_in_registers() {
+    use crate::kernel::{Kind, Thin};
+    let thin_of = |g: &Graph, p: NodeId| -> Option<Thin> {
+        let pl = plan(g, &[p], &FUSE);
+        match pl.kernels[..] {
+            [ref k] => match k.kind {
+                Kind::Matmul(mm) => mm.thin,
+                _ => None,
+            },
+            _ => {
+                assert!(pl.kernels.iter().all(|k| matches!(k.kind, Kind::Reduce(_))), "a fold in two stages");
+                None
+            }
+        }
+    };
+    let t = |g: &mut Graph, x: NodeId| {
+        let d = g.node(x).shape.dims().to_vec();
+        let v = View::contiguous(&Shape::from(d.clone())).permute(&[1, 0]);
+        g.add(Op::View(v, x), Shape::from([d[1], d[0]]), DType::F32)
+    };
+    let mut g = Graph::default();
+    // An MLP's 10-class output layer, batch 4096: the forward `h @ w^T` and the weight gradient `g^T @ h`.
+    let h = data(&mut g, &[4096, 1024]);
+    let w = data(&mut g, &[10, 1024]);
+    let grad = data(&mut g, &[4096, 10]);
+    let (wt, gt) = (t(&mut g, w), t(&mut g, grad));
+    let fwd = g.add(Op::Matmul(h, wt), Shape::from([4096, 10]), DType::F32);
+    assert_eq!(thin_of(&g, fwd), Some(Thin { columns: true, team: true, narrow: 10 }), "A's rows walked by teams");
+    let dw = g.add(Op::Matmul(gt, h), Shape::from([10, 1024]), DType::F32);
+    assert_eq!(thin_of(&g, dw), None, "4 workgroups of columns: a fold (the API cuts k first)");
+    // Cut into 64 slices of k, as `Tensor::matmul` does: B's columns walked by a thread each.
+    let g3 = {
+        let v = View::contiguous(&Shape::from([10, 64, 64])).permute(&[1, 0, 2]);
+        let flat =
+            g.add(Op::View(View::contiguous(&Shape::from([10, 64, 64])), gt), Shape::from([10, 64, 64]), DType::F32);
+        g.add(Op::View(v, flat), Shape::from([64, 10, 64]), DType::F32)
+    };
+    let h3 =
+        g.add(Op::View(View::contiguous(&Shape::from([64, 64, 1024])), h), Shape::from([64, 64, 1024]), DType::F32);
+    let dw3 = g.add(Op::Matmul(g3, h3), Shape::from([64, 10, 1024]), DType::F32);
+    assert_eq!(thin_of(&g, dw3), Some(Thin { columns: false, team: false, narrow: 10 }));
+    // The input gradient's transpose, `h^T @ g`, and a product whose wide operand is contiguous along k.
+    let ht = t(&mut g, h);
+    let g64 = data(&mut g, &[4096, 16]);
+    let dh = g.add(Op::Matmul(ht, g64), Shape::from([1024, 16]), DType::F32);
+    assert_eq!(thin_of(&g, dh), None, "4 workgroups");
+    let big = data(&mut g, &[8192, 4096]);
+    let bigt = t(&mut g, big);
+    let few = data(&mut g, &[3, 4096]);
+    let rows_team = g.add(Op::Matmul(few, bigt), Shape::from([3, 8192]), DType::F32);
+    assert_eq!(thin_of(&g, rows_team), Some(Thin { columns: false, team: true, narrow: 3 }));
+    let tall = data(&mut g, &[4096, 32768]);
+    let tallt = t(&mut g, tall);
+    let x = data(&mut g, &[4096, 3]);
+    let cols_walk = g.add(Op::Matmul(tallt, x), Shape::from([32768, 3]), DType::F32);
+    assert_eq!(thin_of(&g, cols_walk), Some(Thin { columns: true, team: false, narrow: 3 }));
+}
+
+#[test]
+fn empty_tensors_schedule_nothing() {
+    let mut g = Graph::default();
+    let a = data(&mut g, &[0, 3]);
+    let b = data(&mut g, &[3]);
+    let c = bin(&mut g, BinaryOp::Add, a, b);
+    let p = plan(&g, &[c], &FUSE);
+    assert!(p.kernels.is_empty());
+    assert!(p.empty.contains(&c) && p.empty.contains(&a));
+}
+
+#[test]
+fn a_product_reading_a_row_fold_is_not_a_phase_of_its_rows_kernel() {
+    // `(x - max) + (x * max) @ w`: the product has the rows' shape and reads their fold, but is its own kernel.
+    let mut g = Graph::default();
+    // Wider than a thin product, which would be a fold.
+    let x = data(&mut g, &[32, 48]);
+    let w = data(&mut g, &[48, 48]);
+    let m = fold(&mut g, crate::op::ReduceOp::Max, x, 1);
+    let scaled = bin(&mut g, BinaryOp::Mul, x, m);
+    let p = g.add(Op::Matmul(scaled, w), Shape::from([32, 48]), DType::F32);
+    let d = bin(&mut g, BinaryOp::Sub, x, m);
+    let out = bin(&mut g, BinaryOp::Add, d, p);
+    let pl = plan(&g, &[out], &FUSE);
+    let kinds: Vec<_> = pl.kernels.iter().map(|k| std::mem::discriminant(&k.kind)).collect();
+    assert_eq!(pl.kernels.len(), 2, "the fold, then the product with the map as its epilogue");
+    assert!(matches!(pl.kernels[1].kind, crate::kernel::Kind::Matmul(_)), "{kinds:?}");
+}
+
+#[test]
+fn an_epilogue_member_may_read_another_member_at_its_own_index() {
+    // A bias's optimizer step: the gradient's fold, the new moment in its epilogue, and the new parameter
+    // reading the moment (not the fold): one kernel.
+    let mut g = Graph::default();
+    let d = data(&mut g, &[64, 32]);
+    let grad = fold(&mut g, crate::op::ReduceOp::Sum, d, 0);
+    let m = data(&mut g, &[1, 32]);
+    let p = data(&mut g, &[1, 32]);
+    let new_m = bin(&mut g, BinaryOp::Add, m, grad);
+    let step = un(&mut g, UnaryOp::Sqrt, new_m);
+    let new_p = bin(&mut g, BinaryOp::Sub, p, step);
+    let pl = plan(&g, &[new_m, new_p], &FUSE);
+    assert_eq!(pl.kernels.len(), 1);
+    assert_eq!(pl.kernels[0].outputs.len(), 2);
+}
+
+#[test]
+fn an_output_is_stored_into_an_input_that_dies_with_its_kernel() {
+    // `m = m * 0.9 + g`, with nothing but the update holding the old `m`: stored into its buffer.
+    let run = |held: bool| {
+        let mut g = Graph::default();
+        let m = data(&mut g, &[64]);
+        let mut keys: slotmap::SlotMap<BufferKey, ()> = slotmap::SlotMap::with_key();
+        g.set_realized(m, Some(keys.insert(())), &mut Vec::new());
+        let grad = data(&mut g, &[64]);
+        let k = scalar(&mut g, 0.9);
+        let decayed = bin(&mut g, BinaryOp::Mul, m, k);
+        let new_m = bin(&mut g, BinaryOp::Add, decayed, grad);
+        // As a Rust expression's temporaries: only the result keeps a handle.
+        g.release(decayed, &mut Vec::new());
+        if !held {
+            g.release(m, &mut Vec::new());
+        }
+        plan(&g, &[new_m], &FUSE)
+    };
+    let p = run(false);
+    assert_eq!(p.kernels[0].aliases, vec![(0, 0)]);
+    let out = p.slot_of(p.outputs[0]).unwrap();
+    assert_eq!(p.slots[out].source, Source::Alias(p.kernels[0].inputs[0].0));
+    // A handle on the old value keeps its buffer.
+    let p = run(true);
+    assert!(p.kernels[0].aliases.is_empty());
+    assert!(p.slots.iter().all(|s| !matches!(s.source, Source::Alias(_))));
+}
+
+#[test]
+fn rows_kernels_step_by_vectors_where_the_row_allows() {
+    let softmax = |cols: usize| {
+        let mut g = Graph::default();
+        let x = data(&mut g, &[8, cols]);
+        let m = fold(&mut g, crate::op::ReduceOp::Max, x, 1);
+        let d = bin(&mut g, BinaryOp::Sub, x, m);
+        let e = un(&mut g, UnaryOp::Exp, d);
+        let sum = fold(&mut g, crate::op::ReduceOp::Sum, e, 1);
+        let out = bin(&mut g, BinaryOp::Div, e, sum);
+        let p = plan(&g, &[out], &FUSE);
+        assert_eq!(p.kernels.len(), 1);
+        assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { .. }));
+        p.kernels[0].width
+    };
+    assert_eq!(softmax(256), 4, "a row of whole vectors");
+    assert_eq!(softmax(258), 1, "not a multiple of 4");
+    assert_eq!(softmax(32), 1, "too short to gain");
+}
+
+/// `logsumexp` as `Tensor::logsumexp` builds it: a `Max` fold, clamped, then a `Sum` fold of `exp(x - m)`.
+fn logsumexp(g: &mut Graph, rows: usize, cols: usize, low: f32) -> NodeId {
+    let x = data(g, &[rows, cols]);
+    let m = fold(g, crate::op::ReduceOp::Max, x, 1);
+    let (lo, hi) = (scalar(g, low), scalar(g, f32::MAX));
+    let c = bin(g, BinaryOp::Max, m, lo);
+    let c = bin(g, BinaryOp::Min, c, hi);
+    let d = bin(g, BinaryOp::Sub, x, c);
+    let e = un(g, UnaryOp::Exp, d);
+    let sum = fold(g, crate::op::ReduceOp::Sum, e, 1);
+    let l = un(g, UnaryOp::Ln, sum);
+    bin(g, BinaryOp::Add, l, c)
+}
+
+#[test]
+fn logsumexps_two_folds_are_marked_for_one_pass() {
+    // Long rows too, as long as there are enough of them for a pass per row.
+    for (rows, cols) in [(8, 7), (8, 256), (1024, 9000)] {
+        let mut g = Graph::default();
+        let out = logsumexp(&mut g, rows, cols, f32::MIN);
+        let p = plan(&g, &[out], &FUSE);
+        assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { online: Some(0), .. }), "{cols} columns");
+    }
+    // Another clamp is not logsumexp's: two passes.
+    let mut g = Graph::default();
+    let out = logsumexp(&mut g, 8, 256, -1.0);
+    let p = plan(&g, &[out], &FUSE);
+    assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { online: None, .. }));
+}
