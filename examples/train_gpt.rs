@@ -10,7 +10,8 @@
 //! Flags: `--text PATH`, `--steps N`, `--layers N`, `--heads N`, `--width N`, `--context N`, `--batch N`,
 //! `--lr X`, `--eval-every N`, `--sample N` (characters to print after training), `--seed N`, and `--nanogpt`
 //! (6 layers, 6 heads, 384 wide, context 256, batch 64). It prints the loss, milliseconds and dispatches per
-//! step, and the validation loss (the last tenth of the text) at every evaluation.
+//! step, and the validation loss (the last tenth of the text) before training, as nanoGPT does, and at every
+//! evaluation. Evaluating first also compiles the evaluation's kernels before any step is timed.
 
 use lazor::nn::{self, functional as F, Module};
 use lazor::optim::{AdamW, AdamWConfig};
@@ -257,6 +258,9 @@ fn main() {
     // Steps are not synchronized one by one: the host builds the next step's graph while the GPU runs the last,
     // as a training loop runs. Time per step is taken over the steps between two reports (the loss read waits for
     // them), the validation loss excluded; host time is the time to build a step and hand it to the device.
+    let (vx, vy) = batch(val, cfg.batch, cfg.context, &mut Rng(7), &dev);
+    let validation = || lazor::no_grad(|| loss_of(&model, &vx, &vy)).to_scalar();
+    println!("step {:5}: validation loss {:.4}", 0, validation());
     let mut hosts = Vec::new();
     let mut first_loss = None;
     let mut window = (Instant::now(), 0usize);
@@ -290,9 +294,7 @@ fn main() {
             );
             hosts.clear();
             if step % cfg.eval_every == 0 || step == cfg.steps {
-                let (vx, vy) = batch(val, cfg.batch, cfg.context, &mut Rng(7), &dev);
-                let v = lazor::no_grad(|| loss_of(&model, &vx, &vy)).to_scalar();
-                println!("{line}, validation loss {v:.4}");
+                println!("{line}, validation loss {:.4}", validation());
             } else {
                 println!("{line}");
             }
