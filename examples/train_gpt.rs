@@ -255,12 +255,12 @@ fn main() {
     let mut opt =
         AdamW::new(&params, AdamWConfig { lr: cfg.lr, betas: (0.9, 0.99), weight_decay: 0.1, ..Default::default() });
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ cfg.seed);
-    // Steps are not synchronized one by one: the host builds the next step's graph while the GPU runs the last,
-    // as a training loop runs. Time per step is taken over the steps between two reports (the loss read waits for
-    // them), the validation loss excluded; host time is the time to build a step and hand it to the device.
     let (vx, vy) = batch(val, cfg.batch, cfg.context, &mut Rng(7), &dev);
     let validation = || lazor::no_grad(|| loss_of(&model, &vx, &vy)).to_scalar();
     println!("step {:5}: validation loss {:.4}", 0, validation());
+    // Steps are not synchronized one by one: the host builds the next step's graph while the GPU runs the last,
+    // as a training loop runs. Time per step is taken over the steps between two reports (the loss read waits for
+    // them), the validation loss excluded; host time is the time to build a step and hand it to the device.
     let mut hosts = Vec::new();
     let mut first_loss = None;
     let mut window = (Instant::now(), 0usize);

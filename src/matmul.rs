@@ -127,12 +127,12 @@ impl Tensor {
 ///
 /// The CPU backend's `gemm` splits work itself.
 fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: &Tensor, b: &Tensor) -> Option<usize> {
-    let thin = crate::schedule::THIN;
+    let thin = m.min(n) <= crate::schedule::THIN;
     if device.is_cpu() {
         return None;
     }
     let tiles = device.inner.backend.matmul_tiles();
-    let (groups, depth) = if m.min(n) <= thin {
+    let (groups, depth) = if thin {
         // The scheduler's choice (a fold where there is none, which cuts k itself).
         let layout = crate::kernel::Thin::choose(m, n, |is_a, last| {
             let t = if is_a { a } else { b };
@@ -145,18 +145,19 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
     if k < 8 * depth {
         return None;
     }
-    let parts = if m.min(n) <= thin {
-        let mut parts = 1;
-        while groups * parts < tiles.min_large_groups && k % (parts * 2) == 0 && k / (parts * 2) >= depth {
-            parts *= 2;
-        }
-        parts
+    let busy = tiles.min_large_groups;
+    let parts = if groups >= busy {
+        1
+    } else if thin {
+        // The fewest slices that fill the device.
+        let counts = slice_counts(k, depth);
+        counts.clone().find(|&p| groups * p >= busy).or_else(|| counts.last()).unwrap_or(1)
     } else {
-        tiled_slices(groups, k, depth, tiles.min_large_groups)
+        tiled_slices(groups, k, depth, busy)
     };
     // Slices too few for the scheduler's thin kernel (it wants half `min_large_groups`) would become a batched fold
     // plus a sum, slower than the one fold they replace.
-    let thin_enough = m.min(n) > thin || groups * parts * 2 >= tiles.min_large_groups;
+    let thin_enough = !thin || groups * parts * 2 >= busy;
     (parts > 1 && thin_enough).then_some(parts)
 }
 
@@ -171,10 +172,15 @@ fn tiled_slices(groups: usize, k: usize, depth: usize, busy: usize) -> usize {
     if groups >= busy {
         return 1;
     }
-    let counts = std::iter::successors(Some(2), |p| Some(p * 2)).take_while(|&p| k % p == 0 && k / p >= depth);
+    let counts = slice_counts(k, depth);
     let rounds = |p: usize| (groups * p).div_ceil(busy) * (k / p);
     let filling = counts.clone().filter(|&p| groups * p >= busy).min_by_key(|&p| (rounds(p), p));
     filling.or_else(|| counts.last()).unwrap_or(1)
+}
+
+/// The slice counts k can be cut into: powers of two from 2 that divide `k` into slices at least `depth` deep.
+fn slice_counts(k: usize, depth: usize) -> impl Iterator<Item = usize> + Clone {
+    std::iter::successors(Some(2), |p| Some(p * 2)).take_while(move |&p| k % p == 0 && k / p >= depth)
 }
 
 #[cfg(test)]
