@@ -336,6 +336,9 @@ pub struct Kernel {
     pub dims_at: Option<usize>,
     /// Elements per thread: 4 (vec4) or 1.
     pub width: usize,
+    /// Groups of `width` elements per thread in a linear elementwise kernel: 2 where its elements are 16-bit, so
+    /// that a thread has as many bytes of loads in flight as a thread of f32 vectors (see `widen.rs`); else 1.
+    pub vectors: usize,
     /// Strided reads (input, view parameter index) staged through workgroup memory: non-empty makes the kernel *tiled*,
     /// each workgroup computing a `TILE` x `TILE` block of the two innermost axes. A view whose stride is 1 along
     /// the rows and not along the columns (a transposed operand) is read down columns, so loading it by element
@@ -379,7 +382,7 @@ impl Kernel {
             };
         }
         if self.tiles.is_empty() {
-            return self.shape.numel().div_ceil(self.width);
+            return self.shape.numel().div_ceil(self.width).div_ceil(self.vectors);
         }
         let d = self.shape.dims();
         let (rows, cols) = (d[d.len() - 2], d[d.len() - 1]);

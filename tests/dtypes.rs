@@ -511,3 +511,38 @@ fn a_narrow_output_past_65535_workgroups() {
         assert_eq!(bad, None, "first wrong element");
     }
 }
+
+/// Large elementwise kernels of 16-bit elements compute two vectors per thread, both before storing either: sizes
+/// whose vector count is odd (the last thread's second vector clamped and not stored) or not whole, a broadcast
+/// (coordinates per vector), several outputs and a bool output, against the reference, in one dispatch each.
+#[test]
+fn half_kernels_of_two_vectors_per_thread_match_the_reference() {
+    let mut rng = Rng::new(83);
+    for (dev, path) in f16_paths() {
+        for dt in [DType::BF16, DType::F16] {
+            // Rounded once per op on the way, to terms up to 80 that may cancel: an absolute tolerance of that size.
+            let (rel, _) = tol(dt);
+            let abs = 80.0 * rel;
+            for n in [(1 << 20) + 4, (1 << 20) + 3, (1 << 20) + 8] {
+                let (a, b, c) = (
+                    random(&dev, &mut rng, dt, &[n]),
+                    random(&dev, &mut rng, dt, &[n]),
+                    random(&dev, &mut rng, dt, &[n]),
+                );
+                lazor::realize(&[&a, &b, &c]).unwrap();
+                let y = ((&a + &b) * 5.0 - &c) / 2.0;
+                let before = dev.stats().dispatches;
+                check(&y, rel, abs, &format!("{path}: chain3 of {n} {dt}"));
+                assert_eq!(dev.stats().dispatches - before, 1, "{path}: one kernel");
+            }
+            let x = random(&dev, &mut rng, dt, &[1024, 1028]);
+            let bias = random(&dev, &mut rng, dt, &[1028]);
+            lazor::realize(&[&x, &bias]).unwrap();
+            let s = &x + &bias;
+            let m = s.gt(0.0);
+            let both = check(&s.relu(), rel, abs, &format!("{path}: relu(x + bias), {dt}"));
+            assert_eq!(both.len(), 1024 * 1028);
+            check(&m, 0.0, 0.0, &format!("{path}: x + bias > 0, {dt}"));
+        }
+    }
+}

@@ -320,9 +320,9 @@ impl ReduceCase {
         match self {
             ReduceCase::SumAll => vec![vec![1 << 26]],
             ReduceCase::Dot => vec![vec![1 << 26], vec![1 << 24]],
-            ReduceCase::SumRows | ReduceCase::SumCols => {
-                vec![vec![16384, 4096], vec![4096, 4096], vec![4096, 16384]]
-            }
+            ReduceCase::SumRows => vec![vec![16384, 4096], vec![4096, 4096], vec![4096, 16384]],
+            // And a training step's bias gradient: nanoGPT's [B * T, width].
+            ReduceCase::SumCols => vec![vec![16384, 4096], vec![4096, 4096], vec![4096, 16384], vec![16384, 384]],
             ReduceCase::Softmax | ReduceCase::LayerNorm => vec![vec![4096, 4096], vec![65536, 1024], vec![1024, 65536]],
         }
     }

@@ -26,6 +26,9 @@ fn linear_main(e: &mut Emitter) {
         (4, Some(_)) => "p[0] / 4u",
         _ => "p[0]",
     };
+    if k.vectors == 2 {
+        return paired_main(e, threads);
+    }
     let _ = write!(
         e.out,
         "@compute @workgroup_size({WORKGROUP_SIZE})\n\
@@ -33,23 +36,71 @@ fn linear_main(e: &mut Emitter) {
          \x20   let i = gid.x + gid.y * nwg.x * {WORKGROUP_SIZE}u;\n\
          \x20   if (i >= {threads}) {{ return; }}\n"
     );
-    // Coordinates of the thread's first element, innermost axis first.
-    if let Some(at) = k.dims_at {
-        let rank = k.shape.ndim();
-        e.line(1, &format!("var r = i * {}u;", k.width));
-        for d in (0..rank).rev() {
-            if d == 0 {
-                e.line(1, "let c0 = i32(r);");
-            } else {
-                e.line(1, &format!("let c{d} = i32(r % p[{}]);", at + d));
-                e.line(1, &format!("r = r / p[{}];", at + d));
-            }
-        }
-    }
+    coords(e, 1);
     e.range(0..k.body.len(), 1);
     for (o, &(_, value)) in k.outputs.iter().enumerate() {
         let st = e.store(o, "i", &format!("t{value}"));
         e.line(1, &st);
+    }
+    e.out.push_str("}\n");
+}
+
+/// The coordinates of vector (or element) `i`'s first element, innermost axis first, where the body needs them.
+fn coords(e: &mut Emitter, depth: usize) {
+    let k = e.k;
+    if let Some(at) = k.dims_at {
+        let rank = k.shape.ndim();
+        e.line(depth, &format!("var r = i * {}u;", k.width));
+        for d in (0..rank).rev() {
+            if d == 0 {
+                e.line(depth, "let c0 = i32(r);");
+            } else {
+                e.line(depth, &format!("let c{d} = i32(r % p[{}]);", at + d));
+                e.line(depth, &format!("r = r / p[{}];", at + d));
+            }
+        }
+    }
+}
+
+/// Two vectors per thread, `g` and `g + half` (each warp's loads stay contiguous): both computed before either is
+/// stored, so that the second's loads are in flight with the first's. The driver must assume a store may alias
+/// any input, so a store between them would hold the second's loads back. The second's index is clamped rather
+/// than branched on, which keeps the loads in straight-line code; only its stores are guarded.
+fn paired_main(e: &mut Emitter, threads: &str) {
+    let k = e.k;
+    let _ = write!(
+        e.out,
+        "@compute @workgroup_size({WORKGROUP_SIZE})\n\
+         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{\n\
+         \x20   let g = gid.x + gid.y * nwg.x * {WORKGROUP_SIZE}u;\n\
+         \x20   let n = {threads};\n\
+         \x20   let half = (n + 1u) / 2u;\n\
+         \x20   if (g >= half) {{ return; }}\n"
+    );
+    for u in 0..2 {
+        for (o, &(_, value)) in k.outputs.iter().enumerate() {
+            let ty = e.b.ty(k.types[value]);
+            e.line(1, &format!("var r{o}_{u}: {ty};"));
+        }
+    }
+    for u in 0..2 {
+        e.line(1, "{");
+        e.line(2, if u == 0 { "let i = g;" } else { "let i = min(g + half, n - 1u);" });
+        coords(e, 2);
+        e.range(0..k.body.len(), 2);
+        for (o, &(_, value)) in k.outputs.iter().enumerate() {
+            e.line(2, &format!("r{o}_{u} = t{value};"));
+        }
+        e.line(1, "}");
+    }
+    for u in 0..2 {
+        e.line(1, if u == 0 { "{" } else { "if (g + half < n) {" });
+        e.line(2, if u == 0 { "let i = g;" } else { "let i = g + half;" });
+        for o in 0..k.outputs.len() {
+            let st = e.store(o, "i", &format!("r{o}_{u}"));
+            e.line(2, &st);
+        }
+        e.line(1, "}");
     }
     e.out.push_str("}\n");
 }

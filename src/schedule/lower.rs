@@ -489,6 +489,7 @@ pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
         consts: Vec::new(),
         dims_at: None,
         width: 1,
+        vectors: 1,
         tiles: Vec::new(),
         phases: Vec::new(),
         aliases: Vec::new(),

@@ -413,3 +413,23 @@ fn logsumexps_two_folds_are_marked_for_one_pass() {
     let p = plan(&g, &[out], &FUSE);
     assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { online: None, .. }));
 }
+
+#[test]
+fn large_kernels_of_16_bit_elements_take_two_vectors_per_thread() {
+    let plan_of = |dt: DType, n: usize| {
+        let mut g = Graph::default();
+        let a = g.add(Op::Data(vec![0; n]), Shape::from([n]), dt);
+        let b = g.add(Op::Data(vec![0; n]), Shape::from([n]), dt);
+        let s = g.add(Op::Binary(BinaryOp::Add, a, b), Shape::from([n]), dt);
+        plan(&g, &[s], &FUSE)
+    };
+    for dt in [DType::BF16, DType::F16] {
+        let p = plan_of(dt, 1 << 20);
+        let k = &p.kernels[0];
+        assert_eq!((k.width, k.vectors), (4, 2), "{dt}");
+        assert_eq!(k.threads(), (1 << 20) / 8);
+        crate::codegen::validate(&crate::codegen::generate(k, &Default::default()));
+        assert_eq!(plan_of(dt, 1 << 16).kernels[0].vectors, 1, "{dt}: small kernels keep a vector per thread");
+    }
+    assert_eq!(plan_of(DType::F32, 1 << 20).kernels[0].vectors, 1, "f32 vectors are 16 bytes already");
+}

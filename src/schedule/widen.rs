@@ -10,6 +10,9 @@ use crate::shape::Shape;
 /// pipeline then serves every small size of a pattern.
 const VEC4_MIN_STRIDED: usize = 1 << 16;
 
+/// Linear kernels of 16-bit elements at least this large take two vectors per thread.
+const TWO_VECTORS_MIN: usize = 1 << 20;
+
 /// Most views one kernel stages through workgroup tiles (each takes 4 KiB of workgroup memory).
 const MAX_TILES: usize = 4;
 
@@ -108,6 +111,12 @@ impl Lowerer<'_> {
         }
         for (input, ok) in k.inputs.iter_mut().zip(vector_ok) {
             input.1 = ok;
+        }
+        // A thread's vector of 16-bit elements is 8 bytes a load: two of them put as many bytes in flight as one
+        // vector of f32 (bf16 chain3 at 2^26 on the H200: 0.60 of f32's time to 0.55, docs/BENCHMARKS.md).
+        let half = k.in_types.iter().chain(&k.out_types).all(|t| t.size_in_bytes() <= 2);
+        if wide && half && k.tiles.is_empty() && numel >= TWO_VECTORS_MIN {
+            k.vectors = 2;
         }
     }
 
