@@ -11,6 +11,8 @@ mod matmul;
 mod matmul_stores;
 mod online;
 pub(crate) use matmul::COOP_WORKGROUP_BYTES;
+#[cfg(test)]
+pub(crate) use reduce::COLUMN_UNROLL;
 mod reduce;
 mod rows;
 

@@ -50,7 +50,7 @@ pub(super) fn logsumexp(
             e.line(depth, &format!("os{u} = os{u} * {rescale} + {term};"));
             e.line(depth, &format!("oc{u} = cn;"));
         };
-        steps(e, "lane_t", "team", end, d, cached, element);
+        steps(e, ["lane_t", "team", end], d, cached, UNROLL, element);
         // The unrolled pairs meet in a fixed order, then a vector's lanes.
         let mut pairs: Vec<(String, String)> = (0..UNROLL).map(|u| (format!("om{u}"), format!("os{u}"))).collect();
         let mut made = 0;

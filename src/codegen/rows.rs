@@ -108,7 +108,7 @@ fn phases(e: &mut Emitter, axis: usize, depth: usize, cached: bool, online: Opti
                 n += 2;
             }
             Phase::Fold { op, body, value, output } => {
-                let fold = Fold { op: *op, axis, body: body.clone(), value: *value };
+                let fold = Fold { op: *op, axis, body: body.clone(), value: *value, unroll: UNROLL };
                 let dt = k.types[*value];
                 let ty = lane_type(dt.lanes(), 1);
                 e.line(depth, &format!("var f{n}: {ty};"));

@@ -433,3 +433,20 @@ fn large_kernels_of_16_bit_elements_take_two_vectors_per_thread() {
     }
     assert_eq!(plan_of(DType::F32, 1 << 20).kernels[0].vectors, 1, "f32 vectors are 16 bytes already");
 }
+
+#[test]
+fn column_folds_keep_more_steps_in_flight_than_row_folds() {
+    let source = |axis: usize| {
+        let mut g = Graph::default();
+        let x = data(&mut g, &[512, 512]);
+        let s = fold(&mut g, crate::op::ReduceOp::Sum, x, axis);
+        let p = plan(&g, &[s], &FUSE);
+        let src = crate::codegen::generate(&p.kernels[0], &Default::default());
+        crate::codegen::validate(&src);
+        src
+    };
+    let (columns, rows) = (source(0), source(1));
+    let last = format!("var acc{} ", crate::codegen::COLUMN_UNROLL - 1);
+    assert!(columns.contains(&last), "a column fold: {} accumulators\n{columns}", crate::codegen::COLUMN_UNROLL);
+    assert!(!rows.contains(&last) && rows.contains("var acc3 "), "a row fold: 4\n{rows}");
+}
