@@ -115,6 +115,7 @@ impl Engine {
                 tn,
             }),
             matmul_tiles: backend.matmul_tiles(),
+            row_team_min: backend.row_team_min(),
         }
     }
 

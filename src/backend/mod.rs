@@ -76,6 +76,11 @@ pub(crate) trait Backend: Send + Sync {
     fn max_buffer_bytes(&self) -> u64;
     /// The blockings tiled matmul kernels choose from on this device.
     fn matmul_tiles(&self) -> crate::kernel::MatmulTiles;
+    /// The fewest threads that fold one row of a reduction: no fewer than the widest subgroup, so that a short
+    /// row is one subgroup's where subgroups are 32 wide (the scheduler's `Options::row_team_min`).
+    fn row_team_min(&self) -> usize {
+        64
+    }
     /// Fails if the device was lost or reported an error since the last call.
     fn check_health(&self) -> Result<()>;
     /// Runs `job`. On error nothing it created survives, and the caller's values are unchanged.

@@ -221,7 +221,9 @@ pub(super) fn steps(
 /// bits), valid for every thread of the team: subgroups first where the target has them (and no subgroup is wider
 /// than the team), then the subgroups' results.
 ///
-/// Where a team has at most `lanes` subgroups (a team of 256 on subgroups of 16 or more), each subgroup folds the
+/// A team of exactly one subgroup (a short row on 32-wide subgroups) takes the subgroup's fold as its own: no
+/// workgroup memory, no barrier. Where a team has at most `lanes` subgroups (a team of 256 on subgroups of 16 or
+/// more), each subgroup folds the
 /// subgroups' results again with one more subgroup operation: one barrier in all. Otherwise a tree in workgroup
 /// memory, one barrier a level. `half`: a kernel that folds again names the half of `red` this fold's subgroup
 /// results go to; alternating halves, the next fold's barrier keeps its writes from this fold's reads, and only
@@ -261,7 +263,11 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
         };
         // With halves, subgroups of one lane would write their results past the end of `red`; every fold of a
         // kernel takes the same path, or the halves would not keep the folds apart.
-        e.line(depth, if again { "if (1u < lanes && lanes <= team) {" } else { "if (lanes <= team) {" });
+        // A team of one subgroup: its fold is the team's, in every lane, without workgroup memory or a barrier.
+        e.line(depth, "if (lanes == team) {");
+        fold(e, "part", "acc", depth + 1);
+        e.line(depth + 1, "total = bitcast<u32>(part);");
+        e.line(depth, if again { "} else if (1u < lanes && lanes <= team) {" } else { "} else if (lanes <= team) {" });
         // Each subgroup folds its lanes at once; its first lane hands the result on.
         fold(e, "part", "acc", depth + 1);
         e.line(depth + 1, &format!("if (lane == 0u) {{ red[{region}u + lid.x / lanes] = bitcast<u32>(part); }}"));

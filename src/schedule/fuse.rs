@@ -38,6 +38,8 @@ pub struct Options {
     pub matmul_tile: Option<crate::kernel::MatmulTile>,
     /// The blockings tiled matmuls choose from by shape: the backend's, for its adapter.
     pub matmul_tiles: crate::kernel::MatmulTiles,
+    /// The fewest threads that fold one row (32 or 64): the backend's, as wide as its widest subgroup.
+    pub row_team_min: usize,
 }
 
 impl Options {
@@ -49,6 +51,7 @@ impl Options {
         max_ops: 256,
         matmul_tile: None,
         matmul_tiles: crate::kernel::MatmulTiles::TUNED,
+        row_team_min: 64,
     };
 }
 

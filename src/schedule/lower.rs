@@ -512,6 +512,8 @@ pub(super) struct GroupCtx<'a> {
     pub tile: Option<crate::kernel::MatmulTile>,
     /// The backend's table of matmul blockings ([`super::Options::matmul_tiles`]).
     pub tiles: crate::kernel::MatmulTiles,
+    /// The fewest threads per row of a fold ([`super::Options::row_team_min`]).
+    pub team_min: usize,
 }
 
 /// Lowers one elementwise group to a kernel. Fails with a node that must be materialized first.

@@ -191,6 +191,7 @@ fn plan_ordered(
                     scratch: &mut |bytes| cell.borrow_mut().scratch(head, bytes),
                     tile: opts.matmul_tile,
                     tiles: opts.matmul_tiles,
+                    team_min: opts.row_team_min,
                 };
                 match g.head {
                     Some(_) if g.rows => kernels.push(reduce::lower_rows(cx)?),

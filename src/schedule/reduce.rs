@@ -26,12 +26,12 @@ fn chunks(n: usize, groups: usize, rows: bool) -> usize {
     (TARGET_GROUPS / groups.max(1)).clamp(1, n / min)
 }
 
-/// Threads that fold one row of `n` elements: about 16 elements each, at least 64 (no subgroup is wider) and at
-/// most a workgroup. Short rows share a workgroup, so each thread still has several loads in flight. (16 rather
-/// than 32: softmax and layer norm of [4096, 4096] went from 0.084 to 0.072 ms on the H200, other shapes
-/// unchanged.)
-fn team(n: usize) -> u32 {
-    (n / 16).next_power_of_two().clamp(64, crate::kernel::WORKGROUP_SIZE as usize) as u32
+/// Threads that fold one row of `n` elements: about 16 elements each, at least `min` (the backend's widest
+/// subgroup, 32 or 64) and at most a workgroup. Short rows share a workgroup, so each thread still has several
+/// loads in flight. (16 rather than 32: softmax and layer norm of [4096, 4096] went from 0.084 to 0.072 ms on the
+/// H200, other shapes unchanged.)
+fn team(n: usize, min: usize) -> u32 {
+    (n / 16).next_power_of_two().clamp(min, crate::kernel::WORKGROUP_SIZE as usize) as u32
 }
 
 /// Whether a row fold of `n` elements per output over `outputs` outputs runs in one pass (no chunks).
@@ -64,7 +64,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
 
 /// Lowers `fold` with the rest of the group as its epilogue, in one kernel or two.
 pub(super) fn lower_fold(cx: GroupCtx, fold: Fold) -> Result<Vec<Kernel>, NodeId> {
-    let GroupCtx { graph, fusion, grp, written, slot, scratch, .. } = cx;
+    let GroupCtx { graph, fusion, grp, written, slot, scratch, team_min, .. } = cx;
     let Fold { op, domain: input, axis, dtype, value: fold_value } = fold;
     let mut out_dims = input.dims().to_vec();
     out_dims[axis] = 1;
@@ -79,7 +79,7 @@ pub(super) fn lower_fold(cx: GroupCtx, fold: Fold) -> Result<Vec<Kernel>, NodeId
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &input, outputs), slot);
     l.need_coords();
     let chunks_at = l.param(c as u32);
-    let team_at = l.param(team(n.div_ceil(c)));
+    let team_at = l.param(team(n.div_ceil(c), team_min));
     let value = folded_value(&mut l, &input, op, dtype, fold_value)?;
     let info = Reduce { op, axis, rows, prologue: l.k.body.len(), value, chunks_at, team_at, partial: c > 1 };
     l.k.fused_ops += 1;
@@ -110,7 +110,7 @@ pub(super) fn lower_fold(cx: GroupCtx, fold: Fold) -> Result<Vec<Kernel>, NodeId
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &partial_shape, outputs), slot);
     l.need_coords();
     let chunks_at = l.param(1);
-    let team_at = l.param(team(c));
+    let team_at = l.param(team(c, team_min));
     let input = l.input(partials, lanes);
     let value = l.push(Instr::Load { input, view: None, access: Access::Own }, lanes);
     let info = Reduce { op, axis, rows, prologue: 1, value, chunks_at, team_at, partial: false };
@@ -136,13 +136,13 @@ fn folded_value(
 
 /// Lowers a rows group: its folds and maps, in order, over the rows of the first fold's input.
 pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
-    let GroupCtx { graph, fusion, grp, written, slot, .. } = cx;
+    let GroupCtx { graph, fusion, grp, written, slot, team_min, .. } = cx;
     let Op::Reduce(_, x, axis) = graph.node(grp.members[0]).op else { unreachable!("a rows group starts with a fold") };
     let domain = graph.node(x).shape.clone();
     let rows = graph.node(grp.members[0]).shape.numel();
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &domain, rows), slot);
     l.need_coords();
-    let team_at = l.param(team(domain.dims()[axis]));
+    let team_at = l.param(team(domain.dims()[axis], team_min));
     l.k.kind = Kind::Rows { axis, team_at, online: None };
     l.row_axis = Some(axis);
     // The member each phase computes, to find logsumexp's pair of folds.

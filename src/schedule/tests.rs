@@ -450,3 +450,26 @@ fn column_folds_keep_more_steps_in_flight_than_row_folds() {
     assert!(columns.contains(&last), "a column fold: {} accumulators\n{columns}", crate::codegen::COLUMN_UNROLL);
     assert!(!rows.contains(&last) && rows.contains("var acc3 "), "a row fold: 4\n{rows}");
 }
+
+#[test]
+fn short_rows_are_one_subgroups_where_subgroups_are_32_wide() {
+    let team = |cols: usize, min: usize| {
+        let mut g = Graph::default();
+        let x = data(&mut g, &[8, cols]);
+        let m = fold(&mut g, crate::op::ReduceOp::Max, x, 1);
+        let d = bin(&mut g, BinaryOp::Sub, x, m);
+        let p = plan(&g, &[d], &Options { row_team_min: min, ..FUSE });
+        let k = &p.kernels[0];
+        let crate::kernel::Kind::Rows { team_at, .. } = k.kind else { panic!("a rows kernel") };
+        let target = crate::codegen::Target { subgroups: true, ..Default::default() };
+        let src = crate::codegen::generate(k, &target);
+        crate::codegen::validate(&src);
+        assert!(src.contains("if (lanes == team) {"), "a team of one subgroup folds without a barrier\n{src}");
+        k.params[team_at]
+    };
+    // A row of 256 (an attention's scores) or 384 (nanoGPT's layer norm): 32 threads, or the backend's 64.
+    assert_eq!(team(256, 32), 32);
+    assert_eq!(team(384, 32), 32);
+    assert_eq!(team(256, 64), 64);
+    assert_eq!(team(4096, 32), 256, "long rows keep a workgroup");
+}

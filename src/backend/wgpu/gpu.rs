@@ -288,6 +288,16 @@ impl Gpu {
         self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
     }
 
+    /// The fewest threads per row of a reduction: 32 where no subgroup is wider (a short row is then one
+    /// subgroup's, folded without workgroup memory), else 64.
+    pub fn row_team_min(&self) -> usize {
+        if self.info.subgroup_max_size <= 32 {
+            32
+        } else {
+            64
+        }
+    }
+
     /// The matmul blockings for this adapter ([`tiles_for`]).
     pub fn matmul_tiles(&self) -> crate::kernel::MatmulTiles {
         self.tiles

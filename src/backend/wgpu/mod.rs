@@ -252,6 +252,10 @@ impl Backend for WgpuBackend {
         self.gpu.matmul_tiles()
     }
 
+    fn row_team_min(&self) -> usize {
+        self.gpu.row_team_min()
+    }
+
     fn check_health(&self) -> Result<()> {
         self.gpu.check_health()
     }
