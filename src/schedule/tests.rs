@@ -473,3 +473,46 @@ fn short_rows_are_one_subgroups_where_subgroups_are_32_wide() {
     assert_eq!(team(256, 64), 64);
     assert_eq!(team(4096, 32), 256, "long rows keep a workgroup");
 }
+
+#[test]
+fn a_reshaped_expensive_operand_is_stored_at_its_source_not_copied() {
+    // A layer's input: a layer norm's output of [4, 16, 32] (a map of a rows kernel, after its fold), read by a
+    // product as [64, 32] and by the weight gradient transposed. Stored once, by the rows kernel; both products
+    // read it through views. Storing the reshaped view as the product's operand copied it.
+    let mut g = Graph::default();
+    let x = data(&mut g, &[4, 16, 32]);
+    let m = fold(&mut g, crate::op::ReduceOp::Sum, x, 2);
+    let mut y = bin(&mut g, BinaryOp::Sub, x, m);
+    for op in [UnaryOp::Exp, UnaryOp::Sin] {
+        y = un(&mut g, op, y);
+    }
+    let flat = Shape::from([64, 32]);
+    let v = g.add(Op::View(View::contiguous(&g.node(y).shape.clone()).reshape(&flat).unwrap(), y), flat, DType::F32);
+    let w = data(&mut g, &[32, 48]);
+    let out = g.add(Op::Matmul(v, w), Shape::from([64, 48]), DType::F32);
+    let vt = View::contiguous(&Shape::from([64, 32])).permute(&[1, 0]);
+    let t = g.add(Op::View(vt, v), Shape::from([32, 64]), DType::F32);
+    let d = data(&mut g, &[64, 48]);
+    let grad = g.add(Op::Matmul(t, d), Shape::from([32, 48]), DType::F32);
+    let p = plan(&g, &[out, grad], &FUSE);
+    let kinds: Vec<String> = p.kernels.iter().map(|k| k.name()).collect();
+    assert_eq!(p.kernels.len(), 3, "the rows kernel, then the two products: no copy of its view: {kinds:?}");
+    assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { .. }), "{kinds:?}");
+    // A narrow part of a larger expression is stored as the part.
+    let mut g = Graph::default();
+    let x = data(&mut g, &[64, 32]);
+    let mut y = x;
+    for op in [UnaryOp::Exp, UnaryOp::Sin, UnaryOp::Cos] {
+        y = un(&mut g, op, y);
+    }
+    let part = View {
+        shape: Shape::from([32, 32]),
+        strides: crate::view::contiguous_strides(&Shape::from([64, 32])),
+        offset: 0,
+    };
+    let v = g.add(Op::View(part, y), Shape::from([32, 32]), DType::F32);
+    let w = data(&mut g, &[32, 48]);
+    let out = g.add(Op::Matmul(v, w), Shape::from([32, 48]), DType::F32);
+    let p = plan(&g, &[out], &FUSE);
+    assert_eq!(p.kernels[0].shape.dims(), &[32, 32], "the 32 rows read, not all 64");
+}
