@@ -462,3 +462,62 @@ fn accumulated_micro_batches_give_the_whole_batch_s_gradients() {
         assert_eq!(grads[&extra].to_vec(), vec![3.0, 3.0]);
     }
 }
+
+/// A `Linear` weight's gradient is computed in the weight's own layout (`g^T x`, not `(x^T g)^T`), so its AdamW
+/// update joins the epilogue of the product that computes it: the step adds no dispatch to the backward. The
+/// gradients of a transposed operand, either side, against their closed forms: for `sum(x w^T + b)`, every row
+/// of `dw` is the column sums of `x`; for `sum(u^T v)`, every column of `du` is the row sums of `v`.
+#[test]
+fn a_linear_weight_s_update_joins_its_gradient_s_product() {
+    for dev in devices() {
+        let mut rng = Rng::new(5);
+        let x = Tensor::from_vec_on(rng.vec(256 * 64, -1.0, 1.0), [256, 64], &dev);
+        x.realize().unwrap();
+        let layer = nn::Linear::new_on(64, 48, true, 9, &dev);
+        let params = layer.vars();
+        let mut opt = AdamW::new(&params, AdamWConfig::default());
+        let grads = layer.forward(&x).sum_all().backward();
+        let dw = grads[&layer.weight].to_vec();
+        let xs = x.to_vec();
+        let col: Vec<f32> = (0..64).map(|i| (0..256).map(|n| xs[n * 64 + i]).sum()).collect();
+        let want: Vec<f32> = (0..48).flat_map(|_| col.iter().copied()).collect();
+        assert_close(&dw, &want, 1e-4, 1e-4, &format!("{}: dw of sum(x w^T + b)", dev.name()));
+        for _ in 0..2 {
+            let loss = layer.forward(&x).sum_all();
+            opt.step_with(&loss.backward(), &[&loss]);
+        }
+        let backward = counted(&dev, || {
+            let loss = layer.forward(&x).sum_all();
+            let grads = loss.backward();
+            let gs: Vec<Tensor> = params.iter().map(|p| grads[p].clone()).collect();
+            let mut all = vec![&loss];
+            all.extend(&gs);
+            lazor::realize(&all).unwrap();
+        });
+        let step = counted(&dev, || {
+            let loss = layer.forward(&x).sum_all();
+            opt.step_with(&loss.backward(), &[&loss]);
+        });
+        assert!(step.dispatches <= backward.dispatches, "{}: the updates add no dispatch", dev.name());
+        // No kernel of the weight's shape but the product: the update is in its epilogue.
+        let profile = dev.profile(|| {
+            let loss = layer.forward(&x).sum_all();
+            opt.step_with(&loss.backward(), &[&loss]);
+        });
+        let names: Vec<&str> = profile.kernels().iter().map(|k| k.name.as_str()).collect();
+        let of_weight: Vec<&&str> = names.iter().filter(|n| n.ends_with("[48x64]")).collect();
+        assert!(
+            of_weight.len() == 1 && of_weight[0].starts_with("matmul+"),
+            "{}: the weight's kernels {of_weight:?} (all: {names:?})",
+            dev.name()
+        );
+        // The other side: a transposed left operand.
+        let u = Var::new(Tensor::from_vec_on(rng.vec(64 * 40, -1.0, 1.0), [64, 40], &dev));
+        let v = Tensor::from_vec_on(rng.vec(64 * 24, -1.0, 1.0), [64, 24], &dev);
+        let du = u.t().matmul(&v).sum_all().backward()[&u].to_vec();
+        let vs = v.to_vec();
+        let rows: Vec<f32> = (0..64).map(|k| vs[k * 24..(k + 1) * 24].iter().sum()).collect();
+        let want: Vec<f32> = rows.iter().flat_map(|&r| std::iter::repeat(r).take(40)).collect();
+        assert_close(&du, &want, 1e-4, 1e-4, &format!("{}: du of sum(u^T v)", dev.name()));
+    }
+}

@@ -65,6 +65,11 @@ pub(crate) fn sum_to(g: Tensor, shape: &Shape) -> Tensor {
 }
 
 /// `1.0` where `mask`, else `0.0`, in `like`'s type.
+/// Whether `t` is a matrix whose columns, not rows, are adjacent in memory: a transposed view.
+fn transposed(t: &Tensor) -> bool {
+    t.ndim() == 2 && t.contiguous_along(0) && !t.contiguous_along(1)
+}
+
 fn ones_where(mask: &Tensor, like: &Tensor) -> Tensor {
     mask.to_dtype(like.dtype)
 }
@@ -125,7 +130,13 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         }
         Rule::Identity => smallvec![Some(g.clone())],
         Rule::Reduce { op, axis, x, y } => smallvec![Some(reduce(*op, *axis, g, x, y))],
-        Rule::Matmul { a, b } => smallvec![need(0).then(|| g.matmul(&b.t())), need(1).then(|| a.t().matmul(g))],
+        // An operand read transposed (a `Linear`'s `weight.t()`) gets its gradient computed in its source's layout,
+        // `(g^T a)^T` rather than `a^T g`: the source's consumers (an optimizer's update) then read the product at
+        // their own index and join its epilogue instead of starting a kernel of their own.
+        Rule::Matmul { a, b } => smallvec![
+            need(0).then(|| if transposed(a) { b.matmul(&g.t()).t() } else { g.matmul(&b.t()) }),
+            need(1).then(|| if transposed(b) { g.t().matmul(a).t() } else { a.t().matmul(g) }),
+        ],
         // Closed forms, so the backward of a softmax is one rows kernel rather than a chain of generic rules.
         Rule::Softmax { axis, y } => smallvec![Some(y * &(g - &(g * y).sum_keepdim(*axis)))],
         Rule::LogSoftmax { axis, y } => smallvec![Some(g - &(y.exp() * &g.sum_keepdim(*axis)))],
