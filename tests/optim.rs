@@ -517,7 +517,7 @@ fn a_linear_weight_s_update_joins_its_gradient_s_product() {
         let du = u.t().matmul(&v).sum_all().backward()[&u].to_vec();
         let vs = v.to_vec();
         let rows: Vec<f32> = (0..64).map(|k| vs[k * 24..(k + 1) * 24].iter().sum()).collect();
-        let want: Vec<f32> = rows.iter().flat_map(|&r| std::iter::repeat(r).take(40)).collect();
+        let want: Vec<f32> = rows.iter().flat_map(|&r| std::iter::repeat_n(r, 40)).collect();
         assert_close(&du, &want, 1e-4, 1e-4, &format!("{}: du of sum(u^T v)", dev.name()));
     }
 }
