@@ -190,6 +190,18 @@ impl Graph {
         }
     }
 
+    /// Whether `id` is a matrix read down its columns: a view whose rows' elements lie a stride apart (not 0, not
+    /// 1) and whose columns' are neighbours, as `weight.t()` is. A broadcast or a single row is not.
+    pub fn transposed(&self, id: NodeId) -> bool {
+        let node = self.node(id);
+        match &node.op {
+            Op::View(v, _) if node.shape.ndim() == 2 && node.shape.dims()[0] > 1 => {
+                v.strides[0].abs() == 1 && !matches!(v.strides[1].abs(), 0 | 1)
+            }
+            _ => false,
+        }
+    }
+
     /// Whether `id` is still live.
     pub fn contains(&self, id: NodeId) -> bool {
         self.nodes.contains_key(id)

@@ -198,7 +198,7 @@ pub struct Reduce {
     pub value: usize,
     /// Parameter index of the number of chunks the axis is cut into (a team or thread per chunk and output).
     pub chunks_at: usize,
-    /// Parameter index of the team size: how many threads fold one (output, chunk) in `rows` mode (64, 128 or
+    /// Parameter index of the team size: how many threads fold one (output, chunk) in `rows` mode (32, 64, 128 or
     /// 256, a power of two at least as large as a subgroup), so a workgroup folds `256 / team` of them at once.
     pub team_at: usize,
     /// A first stage: each chunk's fold goes to `outputs[0]`, laid out as the domain with the axis at the number of

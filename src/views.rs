@@ -267,6 +267,11 @@ impl Tensor {
         }
     }
 
+    /// Whether the tensor is a matrix read down its columns ([`crate::graph::Graph::transposed`]).
+    pub(crate) fn is_transposed(&self) -> bool {
+        self.device.state().graph.transposed(self.id)
+    }
+
     /// Whether neighbouring elements along `axis` are neighbours in memory ([`crate::graph::Graph::contiguous_along`]).
     pub(crate) fn contiguous_along(&self, axis: usize) -> bool {
         self.device.state().graph.contiguous_along(self.id, axis)

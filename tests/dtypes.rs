@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{apply_binary, check, devices, gpu_devices, Rng};
+use common::{apply_binary, assert_close, check, devices, gpu_devices, Rng};
 use lazor::half::{bf16, f16};
 use lazor::op::{BinaryOp, UnaryOp};
 use lazor::{DType, Device, Element, Tensor};
@@ -514,7 +514,8 @@ fn a_narrow_output_past_65535_workgroups() {
 
 /// Large elementwise kernels of 16-bit elements compute two vectors per thread, both before storing either: sizes
 /// whose vector count is odd (the last thread's second vector clamped and not stored) or not whole, a broadcast
-/// (coordinates per vector), several outputs and a bool output, against the reference, in one dispatch each.
+/// (coordinates per vector), two outputs of one kernel and a bool output, against the reference, in one dispatch
+/// each.
 #[test]
 fn half_kernels_of_two_vectors_per_thread_match_the_reference() {
     let mut rng = Rng::new(83);
@@ -535,6 +536,18 @@ fn half_kernels_of_two_vectors_per_thread_match_the_reference() {
                 check(&y, rel, abs, &format!("{path}: chain3 of {n} {dt}"));
                 assert_eq!(dev.stats().dispatches - before, 1, "{path}: one kernel");
             }
+            // Two outputs of one paired kernel, realized together.
+            let n = (1 << 20) + 4;
+            let (a, b) = (random(&dev, &mut rng, dt, &[n]), random(&dev, &mut rng, dt, &[n]));
+            lazor::realize(&[&a, &b]).unwrap();
+            let (sum, prod) = (&a + &b, &a * &b);
+            let want = lazor::reference::eval(&[&sum, &prod]);
+            let before = dev.stats().dispatches;
+            lazor::realize(&[&sum, &prod]).unwrap();
+            assert_eq!(dev.stats().dispatches - before, 1, "{path}: both outputs from one kernel");
+            let got = [sum.to_dtype(DType::F32).to_vec(), prod.to_dtype(DType::F32).to_vec()];
+            assert_close(&got[0], &want[0], rel, abs, &format!("{path}: a + b of two outputs, {dt}"));
+            assert_close(&got[1], &want[1], rel, abs, &format!("{path}: a * b of two outputs, {dt}"));
             let x = random(&dev, &mut rng, dt, &[1024, 1028]);
             let bias = random(&dev, &mut rng, dt, &[1028]);
             lazor::realize(&[&x, &bias]).unwrap();

@@ -65,11 +65,6 @@ pub(crate) fn sum_to(g: Tensor, shape: &Shape) -> Tensor {
 }
 
 /// `1.0` where `mask`, else `0.0`, in `like`'s type.
-/// Whether `t` is a matrix whose columns, not rows, are adjacent in memory: a transposed view.
-fn transposed(t: &Tensor) -> bool {
-    t.ndim() == 2 && t.contiguous_along(0) && !t.contiguous_along(1)
-}
-
 fn ones_where(mask: &Tensor, like: &Tensor) -> Tensor {
     mask.to_dtype(like.dtype)
 }
@@ -134,8 +129,8 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         // `(g^T a)^T` rather than `a^T g`: the source's consumers (an optimizer's update) then read the product at
         // their own index and join its epilogue instead of starting a kernel of their own.
         Rule::Matmul { a, b } => smallvec![
-            need(0).then(|| if transposed(a) { b.matmul(&g.t()).t() } else { g.matmul(&b.t()) }),
-            need(1).then(|| if transposed(b) { g.t().matmul(a).t() } else { a.t().matmul(g) }),
+            need(0).then(|| if a.is_transposed() { b.matmul(&g.t()).t() } else { g.matmul(&b.t()) }),
+            need(1).then(|| if b.is_transposed() { g.t().matmul(a).t() } else { a.t().matmul(g) }),
         ],
         // Closed forms, so the backward of a softmax is one rows kernel rather than a chain of generic rules.
         Rule::Softmax { axis, y } => smallvec![Some(y * &(g - &(g * y).sum_keepdim(*axis)))],

@@ -147,7 +147,7 @@ pub(super) struct Fold {
 }
 
 /// Declares `acc` and folds into it the elements `start`, `start + step`, ... below `end` along the fold's axis:
-/// `UNROLL` independent folds per step, so that many loads are in flight, combined in a fixed order after.
+/// `f.unroll` independent folds per step, so that many loads are in flight, combined in a fixed order after.
 /// With `cached` (a rows kernel's cached path, see `rows.rs`), the range holds at most [`UNROLL`] steps per
 /// thread and loads at the kernel's own index read the cached row: one guarded step per accumulator, no loop.
 pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end: &str, depth: usize, cached: bool) {
@@ -183,8 +183,8 @@ pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end
 
 /// Emits `var r = start;` and the loop over the elements `r`, `r + step`, ... below `end` (`range` is `[start,
 /// step, end]`), calling `element(e, at, u, depth)` to fold the element at `at` into accumulator `u` (of
-/// `unroll`): `unroll` independent steps a pass and a tail into accumulator 0, or, `cached`, one guarded step per
-/// accumulator reading the cached row.
+/// `unroll`): `unroll` independent steps a pass, then (past 4) 4 a pass, and a tail into accumulator 0; or,
+/// `cached`, one guarded step per accumulator reading the cached row.
 pub(super) fn steps(
     e: &mut Emitter,
     range: [&str; 3],
@@ -204,13 +204,18 @@ pub(super) fn steps(
             e.line(depth, "}");
         }
     } else {
-        e.line(depth, &format!("for (; r + {} * {step} < {end}; r = r + {unroll}u * {step}) {{", unroll - 1));
-        for u in 0..unroll {
-            e.line(depth + 1, "{");
-            element(e, &format!("r + {u}u * {step}"), u, depth + 2);
-            e.line(depth + 1, "}");
+        // A wide unroll leaves up to `unroll - 1` steps: 4 at a time first, so that they do not wait on each
+        // other's loads one by one.
+        let widths = if unroll > UNROLL { vec![unroll, UNROLL] } else { vec![unroll] };
+        for w in widths {
+            e.line(depth, &format!("for (; r + {} * {step} < {end}; r = r + {w}u * {step}) {{", w - 1));
+            for u in 0..w {
+                e.line(depth + 1, "{");
+                element(e, &format!("r + {u}u * {step}"), u, depth + 2);
+                e.line(depth + 1, "}");
+            }
+            e.line(depth, "}");
         }
-        e.line(depth, "}");
         e.line(depth, &format!("for (; r < {end}; r = r + {step}) {{"));
         element(e, "r", 0, depth + 1);
         e.line(depth, "}");
@@ -223,9 +228,8 @@ pub(super) fn steps(
 ///
 /// A team of exactly one subgroup (a short row on 32-wide subgroups) takes the subgroup's fold as its own: no
 /// workgroup memory, no barrier. Where a team has at most `lanes` subgroups (a team of 256 on subgroups of 16 or
-/// more), each subgroup folds the
-/// subgroups' results again with one more subgroup operation: one barrier in all. Otherwise a tree in workgroup
-/// memory, one barrier a level. `half`: a kernel that folds again names the half of `red` this fold's subgroup
+/// more), each subgroup folds the subgroups' results again with one more subgroup operation: one barrier in all.
+/// Otherwise a tree in workgroup memory, one barrier a level. `half`: a kernel that folds again names the half of `red` this fold's subgroup
 /// results go to; alternating halves, the next fold's barrier keeps its writes from this fold's reads, and only
 /// the paths that use all of `red` end with a barrier after `total` is read. Both orders are fixed for an adapter,
 /// so results repeat bit for bit.
@@ -261,12 +265,12 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
                 e.line(depth, &format!("let {name} = {sg}({v});"));
             }
         };
-        // With halves, subgroups of one lane would write their results past the end of `red`; every fold of a
-        // kernel takes the same path, or the halves would not keep the folds apart.
         // A team of one subgroup: its fold is the team's, in every lane, without workgroup memory or a barrier.
         e.line(depth, "if (lanes == team) {");
         fold(e, "part", "acc", depth + 1);
         e.line(depth + 1, "total = bitcast<u32>(part);");
+        // With halves, subgroups of one lane would write their results past the end of `red`; every fold of a
+        // kernel takes the same path, or the halves would not keep the folds apart.
         e.line(depth, if again { "} else if (1u < lanes && lanes <= team) {" } else { "} else if (lanes <= team) {" });
         // Each subgroup folds its lanes at once; its first lane hands the result on.
         fold(e, "part", "acc", depth + 1);

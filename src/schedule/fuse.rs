@@ -172,6 +172,7 @@ pub(super) fn materialize(
                             .inlined
                             .get(i)
                             .is_some_and(|c| c.ops > MAX_PROLOGUE_OPS || c.leaves.len() > MAX_PROLOGUE_OPS)
+                            && !fusion.is_buffer(graph, *i)
                             && !fusion.is_buffer(graph, stored_for_view(graph, *i))
                             && graph.node(*i).shape.numel() > 0
                     })
@@ -182,18 +183,17 @@ pub(super) fn materialize(
             if let Some(h) = heavy {
                 stored_late |= fusion.materialized.insert(h);
                 // The views over it read a buffer now: their costs, taken before, are taken again.
-                for &i in &inputs {
+                for &i in inputs.iter().filter(|&&i| view_source(graph, i) == h) {
                     let mut chain = Vec::new();
                     let mut v = i;
-                    while let Op::View(_, src) = graph.node(v).op {
+                    while v != h {
                         chain.push(v);
+                        let Op::View(_, src) = graph.node(v).op else { unreachable!("views down to {h:?}") };
                         v = src;
                     }
-                    if v == h {
-                        for &v in chain.iter().rev() {
-                            let cost = inlined_cost(graph, &fusion, v);
-                            fusion.inlined.insert(v, cost);
-                        }
+                    for &v in chain.iter().rev() {
+                        let cost = inlined_cost(graph, &fusion, v);
+                        fusion.inlined.insert(v, cost);
                     }
                 }
                 continue;

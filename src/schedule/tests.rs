@@ -516,3 +516,41 @@ fn a_reshaped_expensive_operand_is_stored_at_its_source_not_copied() {
     let p = plan(&g, &[out], &FUSE);
     assert_eq!(p.kernels[0].shape.dims(), &[32, 32], "the 32 rows read, not all 64");
 }
+
+#[test]
+fn an_operand_view_wanted_itself_is_stored_once() {
+    // The reshaped view of a heavy expression is both a product's operand and an output: it is stored (as the
+    // output it is), and its source is not stored besides.
+    let mut g = Graph::default();
+    let x = data(&mut g, &[4, 16, 32]);
+    let mut y = x;
+    for op in [UnaryOp::Exp, UnaryOp::Sin, UnaryOp::Cos] {
+        y = un(&mut g, op, y);
+    }
+    let flat = Shape::from([64, 32]);
+    let v = g.add(Op::View(View::contiguous(&g.node(y).shape.clone()).reshape(&flat).unwrap(), y), flat, DType::F32);
+    let w = data(&mut g, &[32, 48]);
+    let out = g.add(Op::Matmul(v, w), Shape::from([64, 48]), DType::F32);
+    let p = plan(&g, &[out, v], &FUSE);
+    let names: Vec<String> = p.kernels.iter().map(|k| k.name()).collect();
+    assert_eq!(p.kernels.len(), 2, "{names:?}");
+}
+
+#[test]
+fn a_matrix_is_transposed_when_read_down_its_columns() {
+    let mut g = Graph::default();
+    let m = data(&mut g, &[8, 5]);
+    let view = |g: &mut Graph, v: View, src: NodeId| {
+        let shape = v.shape.clone();
+        g.add(Op::View(v, src), shape, DType::F32)
+    };
+    let t = view(&mut g, View::contiguous(&Shape::from([8, 5])).permute(&[1, 0]), m);
+    assert!(g.transposed(t));
+    assert!(!g.transposed(m), "row-major");
+    let col = data(&mut g, &[8, 1]);
+    let b = view(&mut g, View::contiguous(&Shape::from([8, 1])).expand(&Shape::from([8, 5])), col);
+    assert!(!g.transposed(b), "a broadcast column");
+    let row = data(&mut g, &[5, 1]);
+    let r = view(&mut g, View::contiguous(&Shape::from([5, 1])).permute(&[1, 0]), row);
+    assert!(!g.transposed(r), "a single row");
+}
