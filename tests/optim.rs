@@ -210,6 +210,15 @@ fn batch(dev: &Device, n: usize, features: usize, classes: usize, seed: u64) -> 
     (x, labels)
 }
 
+/// Realizes `loss` with the gradients of `params`, in one realize and without an optimizer step.
+fn with_gradients(loss: &Tensor, params: &[Var]) {
+    let grads = loss.backward();
+    let gs: Vec<Tensor> = params.iter().map(|p| grads[p].clone()).collect();
+    let mut all = vec![loss];
+    all.extend(&gs);
+    lazor::realize(&all).unwrap();
+}
+
 /// What `f` did on `dev`, everything held back before it submitted first.
 fn counted(dev: &Device, f: impl FnOnce()) -> Stats {
     dev.synchronize().unwrap();
@@ -237,23 +246,11 @@ fn an_adamw_step_adds_at_most_one_dispatch_per_parameter_to_the_backward() {
         let (x, labels) = batch(&dev, 16, 20, 10, 1);
         // Warm up both, so neither count includes a first-time plan.
         for _ in 0..2 {
-            let loss = mlp.loss(&x, &labels);
-            let grads = loss.backward();
-            let mut all = vec![&loss];
-            let gs: Vec<Tensor> = params.iter().map(|p| grads[p].clone()).collect();
-            all.extend(&gs);
-            lazor::realize(&all).unwrap();
+            with_gradients(&mlp.loss(&x, &labels), &params);
             let loss = mlp.loss(&x, &labels);
             opt.step_with(&loss.backward(), &[&loss]);
         }
-        let backward = counted(&dev, || {
-            let loss = mlp.loss(&x, &labels);
-            let grads = loss.backward();
-            let gs: Vec<Tensor> = params.iter().map(|p| grads[p].clone()).collect();
-            let mut all = vec![&loss];
-            all.extend(&gs);
-            lazor::realize(&all).unwrap();
-        });
+        let backward = counted(&dev, || with_gradients(&mlp.loss(&x, &labels), &params));
         let step = counted(&dev, || {
             let loss = mlp.loss(&x, &labels);
             opt.step_with(&loss.backward(), &[&loss]);
@@ -486,14 +483,7 @@ fn a_linear_weight_s_update_joins_its_gradient_s_product() {
             let loss = layer.forward(&x).sum_all();
             opt.step_with(&loss.backward(), &[&loss]);
         }
-        let backward = counted(&dev, || {
-            let loss = layer.forward(&x).sum_all();
-            let grads = loss.backward();
-            let gs: Vec<Tensor> = params.iter().map(|p| grads[p].clone()).collect();
-            let mut all = vec![&loss];
-            all.extend(&gs);
-            lazor::realize(&all).unwrap();
-        });
+        let backward = counted(&dev, || with_gradients(&layer.forward(&x).sum_all(), &params));
         let step = counted(&dev, || {
             let loss = layer.forward(&x).sum_all();
             opt.step_with(&loss.backward(), &[&loss]);
