@@ -92,6 +92,16 @@ fn long_axes_and_many_outputs_on(dev: &Device) {
     let cols = stored(&dev, &mut rng, &[1 << 16, 3]);
     check(&cols.sum(0), 1e-5, 1e-2, "column sum of 2^16 rows");
     check(&cols.min(0), 0.0, 0.0, "column min of 2^16 rows");
+    // Partials of a middle axis, with an epilogue reading another tensor: the fold of the partials finds each
+    // output's at its own place.
+    let mid = stored(&dev, &mut rng, &[6, 8192, 40]);
+    let other = stored(&dev, &mut rng, &[6, 1, 40]);
+    let y = mid.sum_keepdim(1) * 0.5 + &other;
+    assert_eq!(dispatches(&dev, || y.realize().unwrap()), 2, "partial folds, then their fold with the epilogue");
+    check(&y, 1e-4, 1e-4, "sum over the middle axis of [6, 8192, 40], halved, plus [6, 1, 40]");
+    check(&mid.max(1), 0.0, 0.0, "max over the middle axis of [6, 8192, 40]");
+    let wide = stored(&dev, &mut rng, &[1024, 8192]);
+    check(&wide.sum(0), 1e-4, 1e-4, "column sums of [1024, 8192] (16 chunks)");
     // More outputs than 65535 workgroups in one dimension.
     let rows = stored(&dev, &mut rng, &[70_001, 3]);
     check(&rows.sum(-1), 1e-5, 1e-5, "70001 row sums");

@@ -554,3 +554,26 @@ fn a_matrix_is_transposed_when_read_down_its_columns() {
     let r = view(&mut g, View::contiguous(&Shape::from([5, 1])).permute(&[1, 0]), row);
     assert!(!g.transposed(r), "a single row");
 }
+
+#[test]
+fn a_sum_of_many_buffers_read_by_two_kernels_is_stored_once() {
+    use crate::op::ReduceOp;
+    // A residual stream: the input plus three layers' outputs, then folded along both axes (two kernels).
+    let mut g = Graph::default();
+    let mut x = data(&mut g, &[64, 48]);
+    for _ in 0..3 {
+        let layer = data(&mut g, &[64, 48]);
+        x = bin(&mut g, BinaryOp::Add, x, layer);
+    }
+    let (rows, cols) = (fold(&mut g, ReduceOp::Sum, x, 1), fold(&mut g, ReduceOp::Sum, x, 0));
+    let p = plan(&g, &[rows, cols], &FUSE);
+    let inputs: Vec<usize> = p.kernels.iter().map(|k| k.inputs.len()).collect();
+    assert_eq!(inputs, [4, 1, 1], "the sum stored by one kernel, read once by each fold");
+    // Two buffers of its size are inlined into both readers.
+    let mut g = Graph::default();
+    let (a, b) = (data(&mut g, &[64, 48]), data(&mut g, &[64, 48]));
+    let x = bin(&mut g, BinaryOp::Add, a, b);
+    let (rows, cols) = (fold(&mut g, ReduceOp::Sum, x, 1), fold(&mut g, ReduceOp::Sum, x, 0));
+    let p = plan(&g, &[rows, cols], &FUSE);
+    assert_eq!(p.kernels.iter().map(|k| k.inputs.len()).collect::<Vec<_>>(), [2, 2]);
+}
