@@ -256,8 +256,8 @@ pub(super) fn materialize(
 /// Buffers of its own size an expression read by more than one op may load and still be inlined into each: past
 /// this, it is stored once and each reader loads one buffer instead. A transformer's residual stream is such an
 /// expression: inlined, every layer norm of nanoGPT's step (forward and backward) loaded each earlier layer's
-/// output again. On the H200 `train_gpt --nanogpt` went from 49.4-52.0 to 46.6-46.7 ms per step with 2 (and with
-/// 1, which stored two more values), the dispatches unchanged.
+/// output again. On the H200 `train_gpt --nanogpt` went from 49.5 to 46.9 ms per step with 2 (1, which stored two
+/// more values, was no faster), the dispatches unchanged.
 const MAX_SHARED_READS: usize = 2;
 
 /// How many ops read each node, directly or through views (an op reading it twice, as `x * x` does, counts once).
@@ -478,7 +478,7 @@ fn joins_rows(
     if apart.contains(&id) {
         return Some(false);
     }
-    // Inside the group it may read folds only (through their broadcast along the rows), and must read one.
+    // Inside the group it may read folds only (through their broadcast along the rows), and a map must read one.
     let is_fold = |d: &NodeId| matches!(graph.node(*d).op, Op::Reduce(..));
     let mut reads_fold = false;
     for d in deps {
@@ -489,7 +489,8 @@ fn joins_rows(
             reads_fold |= dg == g;
         }
     }
-    Some(reads_fold)
+    // A fold of the same rows reading none of the group's is a sibling: one more phase over rows already read.
+    Some(reads_fold || matches!(node.op, Op::Reduce(..)))
 }
 
 /// Whether the group still binds at most `max` buffers with `deps` added (outputs counted as if every member

@@ -577,3 +577,21 @@ fn a_sum_of_many_buffers_read_by_two_kernels_is_stored_once() {
     let p = plan(&g, &[rows, cols], &FUSE);
     assert_eq!(p.kernels.iter().map(|k| k.inputs.len()).collect::<Vec<_>>(), [2, 2]);
 }
+
+#[test]
+fn sibling_folds_of_the_same_rows_share_a_rows_kernel() {
+    use crate::op::ReduceOp;
+    // A layer norm's backward: folds of the same rows, none reading another, then a map reading them all.
+    let mut g = Graph::default();
+    let x = data(&mut g, &[64, 48]);
+    let dy = data(&mut g, &[64, 48]);
+    let prod = bin(&mut g, BinaryOp::Mul, dy, x);
+    let (a, b) = (fold(&mut g, ReduceOp::Sum, dy, 1), fold(&mut g, ReduceOp::Sum, prod, 1));
+    let t = bin(&mut g, BinaryOp::Mul, x, b);
+    let t = bin(&mut g, BinaryOp::Add, t, a);
+    let dx = bin(&mut g, BinaryOp::Sub, dy, t);
+    let p = plan(&g, &[dx], &FUSE);
+    assert_eq!(p.kernels.len(), 1, "one rows kernel: two folds, then the map");
+    assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { .. }));
+    assert_eq!(p.kernels[0].inputs.len(), 2);
+}
