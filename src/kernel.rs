@@ -201,6 +201,10 @@ pub struct Reduce {
     /// Parameter index of the team size: how many threads fold one (output, chunk) in `rows` mode (32, 64, 128 or
     /// 256, a power of two at least as large as a subgroup), so a workgroup folds `256 / team` of them at once.
     pub team_at: usize,
+    /// Columns only: a team of threads (the team size parameter: 1 to 256, a power of two) folds each (output,
+    /// chunk), each thread striding along the axis by the team size, the team meeting in a tree in workgroup
+    /// memory; neighbouring threads still fold neighbouring outputs. For a fold of many partials per output.
+    pub column_team: bool,
     /// A first stage: each chunk's fold goes to `outputs[0]`, laid out as the domain with the axis at the number of
     /// chunks, for a second kernel to fold; no epilogue.
     pub partial: bool,
@@ -370,7 +374,8 @@ impl Kernel {
                 let per = wg / self.params[r.team_at] as usize;
                 return (outputs * chunks).div_ceil(per) * wg;
             }
-            return outputs.div_ceil(wg) * chunks * wg;
+            let per = if r.column_team { wg / self.params[r.team_at] as usize } else { wg };
+            return outputs.div_ceil(per) * chunks * wg;
         }
         if let Kind::Matmul(mm) = self.kind {
             let d = self.shape.dims();

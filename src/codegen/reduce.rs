@@ -23,7 +23,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let dim = |d: usize| format!("p[{}]", at + d);
     let wg = WORKGROUP_SIZE;
     let subgroups = target.subgroups && r.rows;
-    main_header(&mut e, r.rows, subgroups);
+    main_header(&mut e, r.rows || r.column_team, subgroups);
     e.line(1, "let w = wid.x + wid.y * nwg.x;");
     e.line(1, &format!("let chunks = p[{}];", r.chunks_at));
     if r.rows {
@@ -37,6 +37,17 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.line(1, "let valid = job < p[0] * chunks;");
         e.line(1, "let o = job / chunks;");
         e.line(1, "let j = job % chunks;");
+    } else if r.column_team {
+        // `per` outputs a workgroup, a team of `team` threads each, thread `sub` of a team `per` threads on.
+        e.line(1, &format!("let team = p[{}];", r.team_at));
+        e.line(1, &format!("let per = {wg}u / team;"));
+        e.line(1, "let groups = (p[0] + per - 1u) / per;");
+        // Uniform per workgroup: the barriers below stay in uniform control flow.
+        e.line(1, "if (w >= groups * chunks) { return; }");
+        e.line(1, "let sub = lid.x / per;");
+        e.line(1, "let o = (w % groups) * per + lid.x % per;");
+        e.line(1, "let j = w / groups;");
+        e.line(1, "let valid = o < p[0];");
     } else {
         e.line(1, &format!("let groups = (p[0] + {}u) / {wg}u;", wg - 1));
         e.line(1, "if (w >= groups * chunks) { return; }");
@@ -53,7 +64,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.line(1, "let len = (n + chunks - 1u) / chunks;");
     }
     e.line(1, "let lo = j * len;");
-    if r.rows {
+    if r.rows || r.column_team {
         // A team past the last output folds nothing but still meets its workgroup's barriers.
         e.line(1, "let hi = select(lo, min(n, lo + len), valid);");
     } else {
@@ -70,6 +81,11 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         tree(&mut e, r.op, dt, 1, None);
         e.line(1, "if (lane_t != 0u || !valid) { return; }");
         e.line(1, &format!("let folded = bitcast<{}>(total);", lane_type(dt, 1)));
+    } else if r.column_team {
+        accumulate(&mut e, &f, "lo + sub", "team", "hi", 1, false);
+        column_tree(&mut e, r.op, dt);
+        e.line(1, "if (sub != 0u || !valid) { return; }");
+        e.line(1, &format!("let folded = bitcast<{}>(red[lid.x]);", lane_type(dt.lanes(), 1)));
     } else {
         accumulate(&mut e, &f, "lo", "1u", "hi", 1, false);
         e.line(1, "let folded = acc;");
@@ -320,6 +336,26 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
     if subgroups {
         e.line(depth, "}");
     }
+}
+
+/// Folds `acc` across each column team into `red[lid.x]` of the team's first thread: a tree in workgroup memory
+/// whose levels pair threads `s * per` apart (`sub` and `sub + s` of one team), so the order is fixed by the team
+/// size alone.
+fn column_tree(e: &mut Emitter, op: ReduceOp, dt: DType) {
+    let dt = dt.lanes();
+    let ty = lane_type(dt, 1);
+    e.line(1, "red[lid.x] = bitcast<u32>(acc);");
+    e.line(1, "workgroupBarrier();");
+    e.line(1, "for (var s = team / 2u; s > 0u; s = s >> 1u) {");
+    let v = e.b.binary(
+        op.combine(),
+        dt,
+        &format!("bitcast<{ty}>(red[lid.x])"),
+        &format!("bitcast<{ty}>(red[lid.x + s * per])"),
+    );
+    e.line(2, &format!("if (sub < s) {{ red[lid.x] = bitcast<u32>({v}); }}"));
+    e.line(2, "workgroupBarrier();");
+    e.line(1, "}");
 }
 
 /// The fold's element at axis position `at` (in a wide fold: the vector at `at`, elements `4 at..4 at + 4`),

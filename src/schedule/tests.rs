@@ -225,6 +225,11 @@ fn matrix_vector_products_are_folds() {
     let (_, _, p) = matmul(&mut g, 1, 4096, 512);
     let pl = plan(&g, &[p], &FUSE);
     assert!(pl.kernels.iter().all(|k| matches!(k.kind, crate::kernel::Kind::Reduce(r) if !r.rows)), "k outer");
+    // 64 chunks of k: their partial sums are folded by teams of threads per column.
+    let teams: Vec<bool> =
+        pl.kernels.iter().map(|k| matches!(k.kind, crate::kernel::Kind::Reduce(r) if r.column_team)).collect();
+    assert_eq!(teams, [false, true]);
+    assert_eq!(pl.kernels[1].threads(), 512 * 8);
     let (_, _, p) = matmul(&mut g, 512, 4096, 1);
     let pl = plan(&g, &[p], &FUSE);
     assert!(matches!(pl.kernels[0].kind, crate::kernel::Kind::Reduce(r) if r.rows), "k innermost");
