@@ -281,6 +281,33 @@ fn epilogues_and_prologues_fuse() {
 }
 
 #[test]
+fn a_concatenation_read_through_a_transposed_reshape_is_computed_by_its_copy() {
+    // nanoGPT's attention backward: the q, k and v gradients of every head ([B, H, T, D] products) stacked as
+    // [3, B, H, T, D], transposed to [B, T, 3, H, D] and read by the next products as [B * T, 3 * H * D]. The
+    // reshape of the transpose is no single view, so it is stored; the copy that stores it computes the stack
+    // (with its scale) rather than reading it from a buffer of its own: the three products, one copy, the product.
+    for dev in devices() {
+        let mut rng = Rng::new(11);
+        let (b, h, t, d) = (2, 3, 33, 8);
+        let mut grads = Vec::new();
+        for _ in 0..3 {
+            let x = rand(&dev, &mut rng, &[b, h, t, d]);
+            let y = rand(&dev, &mut rng, &[b, h, d, d]);
+            x.realize().unwrap();
+            y.realize().unwrap();
+            grads.push(x.matmul(&y));
+        }
+        let w = rand(&dev, &mut rng, &[3 * h * d, 20]);
+        w.realize().unwrap();
+        let stacked = Tensor::stack(&[&grads[0], &grads[1], &grads[2]], 0) * 0.5;
+        let flat = stacked.permute([1, 3, 0, 2, 4]).reshape([b * t, 3 * h * d]);
+        let out = flat.matmul(&w);
+        let n = dispatches_checked(&out, 3 * h * d, "stacked gradients through a transposed reshape");
+        assert_eq!(n, 5, "three products, the copy with the stack inlined, the product, on {}", dev.name());
+    }
+}
+
+#[test]
 fn unfused_gives_the_same_values() {
     for dev in devices() {
         let mut rng = Rng::new(7);

@@ -10,6 +10,7 @@
 use crate::graph::{Graph, NodeId, Op};
 use crate::hash::{FastMap, FastSet};
 use crate::shape::Shape;
+use crate::view::View;
 use smallvec::SmallVec;
 
 /// Leaves whose buffers a node's inlined expression reads; kept at most as long as the binding limit.
@@ -156,7 +157,7 @@ pub(super) fn materialize(
             // weight gradient through a transpose): the kernel producing that value stores it in its epilogue,
             // once. Stored at the view's source, so a transposed read stays a view.
             let over_product = |i: &NodeId| -> Option<NodeId> {
-                let src = view_source(graph, *i);
+                let src = readable_source(graph, &fusion, *i);
                 let cost = fusion.inlined.get(&src)?;
                 let reads_product =
                     cost.leaves.iter().any(|l| matches!(graph.node(*l).op, Op::Matmul(..) | Op::Reduce(..)));
@@ -174,17 +175,17 @@ pub(super) fn materialize(
                             .get(i)
                             .is_some_and(|c| c.ops > MAX_PROLOGUE_OPS || c.leaves.len() > MAX_PROLOGUE_OPS)
                             && !fusion.is_buffer(graph, *i)
-                            && !fusion.is_buffer(graph, stored_for_view(graph, *i))
+                            && !fusion.is_buffer(graph, stored_for_view(graph, &fusion, *i))
                             && graph.node(*i).shape.numel() > 0
                     })
-                    .map(|i| stored_for_view(graph, i))
+                    .map(|i| stored_for_view(graph, &fusion, i))
                     .or_else(|| inputs.iter().find_map(over_product)),
                 _ => None,
             };
             if let Some(h) = heavy {
                 stored_late |= fusion.materialized.insert(h);
                 // The views over it read a buffer now: their costs, taken before, are taken again.
-                for &i in inputs.iter().filter(|&&i| view_source(graph, i) == h) {
+                for &i in inputs.iter().filter(|&&i| views_reach(graph, i, h)) {
                     let mut chain = Vec::new();
                     let mut v = i;
                     while v != h {
@@ -281,14 +282,48 @@ fn readers(graph: &Graph, order: &[NodeId]) -> FastMap<NodeId, usize> {
 /// What to store so that a product can read `id` from memory: the source under its views where that is no larger
 /// (a reshape, a transpose or a broadcast of it: the product then reads the source through the view, and so does
 /// anything else that reads it, as the weight gradient reads a layer's input transposed), else `id` itself (a
-/// narrow part of a larger expression). Storing the view of a stored-anyway source was a copy: 5 per layer of
+/// narrow part of a larger expression); where the views do not compose, the view where they stop
+/// ([`readable_source`]). Storing the view of a stored-anyway source was a copy: 5 per layer of
 /// nanoGPT's training step, `[16384, 384]` each.
-fn stored_for_view(graph: &Graph, id: NodeId) -> NodeId {
-    let src = view_source(graph, id);
-    if graph.node(src).shape.numel() <= graph.node(id).shape.numel() {
+fn stored_for_view(graph: &Graph, fusion: &Fusion, id: NodeId) -> NodeId {
+    let src = readable_source(graph, fusion, id);
+    if matches!(graph.node(src).op, Op::View(..)) || graph.node(src).shape.numel() <= graph.node(id).shape.numel() {
         src
     } else {
         id
+    }
+}
+
+/// What a read of `id` through its views reaches in one composed view: the first stored node under the views or
+/// their source, or, where the views do not compose into one stride vector (a reshape of a transpose: nanoGPT's
+/// attention gradient `[3, B, H, T, D]` read as `[B * T, 3 * H * D]` by the products), the view at which they stop
+/// composing, which lowering would have to store anyway. Stored there, that copy computes the expression under it
+/// (the three heads' gradients concatenated) instead of reading it from a buffer of its own: one kernel and one
+/// pass over memory fewer.
+fn readable_source(graph: &Graph, fusion: &Fusion, id: NodeId) -> NodeId {
+    let mut at = id;
+    let mut view = View::contiguous(&graph.node(id).shape);
+    while let Op::View(ref v, src) = graph.node(at).op {
+        if at != id && fusion.is_buffer(graph, at) {
+            return at;
+        }
+        match view.compose(v) {
+            Some(composed) => view = composed,
+            None => return at,
+        }
+        at = src;
+    }
+    at
+}
+
+/// Whether `id` is `to` or a chain of views over it.
+fn views_reach(graph: &Graph, mut id: NodeId, to: NodeId) -> bool {
+    loop {
+        if id == to {
+            return true;
+        }
+        let Op::View(_, src) = graph.node(id).op else { return false };
+        id = src;
     }
 }
 
