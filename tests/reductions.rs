@@ -102,6 +102,14 @@ fn long_axes_and_many_outputs_on(dev: &Device) {
     check(&mid.max(1), 0.0, 0.0, "max over the middle axis of [6, 8192, 40]");
     let wide = stored(&dev, &mut rng, &[1024, 8192]);
     check(&wide.sum(0), 1e-4, 1e-4, "column sums of [1024, 8192] (16 chunks)");
+    // A long axis over enough columns for a team of threads per column in one pass (no partials), sums and maxima
+    // with a prologue and an epilogue; one column more than a multiple of the 8 a workgroup folds.
+    let tall = stored(&dev, &mut rng, &[8197, 1033]);
+    let y = (&tall * &tall).sum_keepdim(0).sqrt();
+    assert_eq!(dispatches(&dev, || y.realize().unwrap()), 1, "one pass over [8197, 1033]");
+    check(&y, 1e-4, 1e-4, "column norms of [8197, 1033]");
+    check(&tall.max(0), 0.0, 0.0, "column maxima of [8197, 1033]");
+    check(&tall.t().sum(1), 1e-4, 1e-4, "row sums of a transposed [8197, 1033]");
     // More outputs than 65535 workgroups in one dimension.
     let rows = stored(&dev, &mut rng, &[70_001, 3]);
     check(&rows.sum(-1), 1e-5, 1e-5, "70001 row sums");

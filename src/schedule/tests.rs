@@ -440,6 +440,30 @@ fn large_kernels_of_16_bit_elements_take_two_vectors_per_thread() {
 }
 
 #[test]
+fn long_column_folds_of_enough_columns_run_in_one_pass_by_teams() {
+    use crate::kernel::Kind;
+    let kernels = |rows: usize, cols: usize| {
+        let mut g = Graph::default();
+        let x = data(&mut g, &[rows, cols]);
+        let s = fold(&mut g, crate::op::ReduceOp::Sum, x, 0);
+        plan(&g, &[s], &FUSE).kernels.to_vec()
+    };
+    // nanoGPT's bias gradients over 16384 tokens: 170 chunks of 1536 columns would be partials and a second kernel;
+    // a team of 32 threads per column folds each in one pass, 8 columns a workgroup.
+    let k = kernels(16384, 1536);
+    assert_eq!(k.len(), 1);
+    let Kind::Reduce(r) = k[0].kind else { panic!("a fold") };
+    assert!(r.column_team && !r.partial && !r.rows);
+    assert_eq!((k[0].params[r.chunks_at], k[0].params[r.team_at]), (1, 32));
+    assert_eq!(k[0].threads(), 1536 * 32);
+    let src = crate::codegen::generate(&k[0], &Default::default());
+    crate::codegen::validate(&src);
+    // Too few columns for teams to fill the device (48 workgroups), or too few chunks (a GEMV's 64): two passes.
+    assert_eq!(kernels(16384, 384).len(), 2);
+    assert_eq!(kernels(4096, 4096).len(), 2);
+}
+
+#[test]
 fn column_folds_keep_more_steps_in_flight_than_row_folds() {
     let source = |axis: usize| {
         let mut g = Graph::default();
