@@ -11,7 +11,7 @@
 //   fn load_a(row: u32, k: u32, i: u32) -> f32   A's element (its prologue applied); i is the row-major index
 //   fn load_b(k: u32, col: u32, i: u32) -> f32   B's element
 //   fn store(row: u32, col: u32, i: u32, folded: f32)   the epilogue and the stores of one output element
-//   fn store4(row: u32, col: u32, i: u32, v: vec4<f32>)  4 neighbouring columns' (only with packed outputs)
+//   fn store4(row: u32, col: u32, i: u32, v: vec4<f32>)  4 neighbouring columns' (packed or 16-byte stores)
 
 const THREADS: u32 = 256u;
 // Vec4 pitch of one step of k in the slabs: one vector of padding, so the transposing stores hit 32 banks.

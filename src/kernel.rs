@@ -53,6 +53,9 @@ pub struct Matmul {
     pub tile: MatmulTile,
     /// A thin product's kernel instead of tiles: `tile` is then unused.
     pub thin: Option<Thin>,
+    /// Whether the tiled kernel stores 4 neighbouring columns at once, as one 16-byte vector per output: n is a
+    /// multiple of 4 (so a thread's 4 columns are all inside or all past n) and every output is f32.
+    pub quad: bool,
 }
 
 /// A thin product's layout: each thread holds a sum per output of the narrow side (at most [`THIN_SIDE`]) in

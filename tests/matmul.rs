@@ -281,6 +281,30 @@ fn epilogues_and_prologues_fuse() {
 }
 
 #[test]
+fn outputs_of_whole_column_quads_are_stored_as_vectors_with_their_epilogues() {
+    // n a multiple of 4 (vector stores) beside n one past it (element stores), at tile edges (m past a tile, 132
+    // columns past a 128-wide one), batched and split along k, with an epilogue stored beside the product.
+    for dev in devices() {
+        let mut rng = Rng::new(12);
+        for (batch, m, k, n) in [(1, 130, 70, 132), (1, 130, 70, 133), (3, 33, 20, 36), (1, 64, 4096, 68)] {
+            let a = rand(&dev, &mut rng, &[batch, m, k]);
+            let b = rand(&dev, &mut rng, &[batch, k, n]);
+            let bias = rand(&dev, &mut rng, &[n]);
+            for t in [&a, &b, &bias] {
+                t.realize().unwrap();
+            }
+            let p = a.matmul(&b);
+            let y = (&p + &bias).relu();
+            let want = lazor::reference::eval(&[&p, &y]);
+            lazor::realize(&[&p, &y]).unwrap();
+            let what = format!("{batch} x [{m}, {k}] x [{k}, {n}] on {}", dev.name());
+            assert_close(&p.to_vec(), &want[0], 1e-5, tol(k), &format!("product of {what}"));
+            assert_close(&y.to_vec(), &want[1], 1e-5, tol(k), &format!("relu(product + bias) of {what}"));
+        }
+    }
+}
+
+#[test]
 fn a_concatenation_read_through_a_transposed_reshape_is_computed_by_its_copy() {
     // nanoGPT's attention backward: the q, k and v gradients of every head ([B, H, T, D] products) stacked as
     // [3, B, H, T, D], transposed to [B, T, 3, H, D] and read by the next products as [B * T, 3 * H * D]. The

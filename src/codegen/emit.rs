@@ -416,10 +416,11 @@ impl<'a> Emitter<'a> {
                 cat_starts.entry(parts.first().map_or(q, |p| p.body.start)).or_default().push(q);
             }
         }
-        // Linear elementwise kernels and the maps of rows kernels store 4 at a time; folds, tiles and products
-        // store one value per output.
+        // Linear elementwise kernels and the maps of rows kernels store 4 at a time, as do tiled products with
+        // `quad` stores; folds, tiles and other products store one value per output.
         let wide_out: Vec<bool> = (0..k.outputs.len())
             .map(|o| match k.kind {
+                Kind::Matmul(mm) => super::matmul::quad_stores(k, &mm, target),
                 _ if k.width != 4 => false,
                 Kind::Elementwise => k.tiles.is_empty(),
                 Kind::Rows { .. } => {

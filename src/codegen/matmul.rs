@@ -61,6 +61,12 @@ pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
         && coop_bytes(mm) <= COOP_WORKGROUP_BYTES
 }
 
+/// Whether tiled kernel `k` stores its outputs 4 columns at a time ([`Matmul::quad`]; not the tensor-core or thin
+/// kernels, which store their own way).
+pub(crate) fn quad_stores(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
+    mm.quad && mm.thin.is_none() && !uses_coop(k, mm, target)
+}
+
 /// The WGSL source of a matmul kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Matmul(mm) = k.kind else { unreachable!("a matmul kernel") };
@@ -138,7 +144,8 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
             load(&mut e, op);
         }
     }
-    let packed = store_functions(&mut e, mm.b_end, row, col);
+    let quad = quad_stores(k, &mm, target);
+    let packed = store_functions(&mut e, mm.b_end, row, col, quad);
     if let Some((_, fm, fn_)) = layout {
         e.out.push_str(&coop_body(fm, fn_, mm.a_along_k, mm.b_along_k));
     } else if let Some(thin) = mm.thin {
@@ -148,7 +155,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         }
         e.out.push_str(&THIN_SKELETON.replace("/*STORES*/", &puts));
     } else {
-        e.out.push_str(&SKELETON.replace("/*STORES*/", &stores(mm.tile, packed)));
+        e.out.push_str(&SKELETON.replace("/*STORES*/", &stores(mm.tile, packed || quad)));
     }
     let Emitter { b, out, .. } = e;
     b.finish(&out)

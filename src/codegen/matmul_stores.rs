@@ -1,5 +1,6 @@
 //! A matmul's epilogue stores: the `store` function every skeleton calls (with `epi` and `store4` for outputs packed
-//! two or four to a word, which write whole words), and the tiled kernel's calls of it, unrolled.
+//! two or four to a word, which write whole words, or, for f32 outputs of an n that is a multiple of 4, `store4`
+//! alone, which writes 16-byte vectors), and the tiled kernel's calls of it, unrolled.
 
 use super::emit::Emitter;
 use std::fmt::Write;
@@ -7,7 +8,8 @@ use std::fmt::Write;
 /// The stores of one thread's `tm` x `tn` outputs, unrolled with constant indices into `acc`. As a loop, NVIDIA's
 /// compiler (580) left it rolled when the epilogue was long (a GELU with its pre-activation also stored), indexing
 /// `acc` at run time, which moved it out of registers and ran the whole product at 2.3 TFLOP/s instead of 25.
-/// With `packed` outputs, each thread's 4 neighbouring columns go to `store4` together, which writes whole words.
+/// With `packed` (or quad) outputs, each thread's 4 neighbouring columns go to `store4` together, which writes whole
+/// words (or vectors).
 pub(super) fn stores(tile: crate::kernel::MatmulTile, packed: bool) -> String {
     let (rm, rn) = (tile.tm / 4, tile.tn / 4);
     let mut out = String::new();
@@ -52,8 +54,12 @@ pub(super) fn stores(tile: crate::kernel::MatmulTile, packed: bool) -> String {
 
 /// Emits the epilogue's store functions from instruction `epilogue` on, with `row` and `col` the kernel's last two
 /// axes: `store` alone where every output is stored whole, else [`packed_stores`]; whether any output is packed.
-pub(super) fn store_functions(e: &mut Emitter, epilogue: usize, row: usize, col: usize) -> bool {
+pub(super) fn store_functions(e: &mut Emitter, epilogue: usize, row: usize, col: usize, quad: bool) -> bool {
     let k = e.k;
+    if quad {
+        quad_stores(e, epilogue, row, col);
+        return true;
+    }
     let packed: Vec<(usize, u32)> = (0..k.outputs.len()).filter_map(|o| e.packed_per(o).map(|per| (o, per))).collect();
     if !packed.is_empty() {
         packed_stores(e, &packed, epilogue, row, col);
@@ -72,6 +78,38 @@ pub(super) fn store_functions(e: &mut Emitter, epilogue: usize, row: usize, col:
     }
     e.line(0, "}");
     false
+}
+
+/// The epilogue of a kernel whose f32 outputs are bound as `vec4<f32>` ([`crate::kernel::Matmul::quad`]): `epi` runs
+/// the epilogue of one element and returns every output's value; `store4` runs it for 4 neighbouring columns of one
+/// row (all inside n, which is a multiple of 4) and stores one vector per output. Element by element, a warp's
+/// store wrote 4-byte values 16 bytes apart, four times over the same sectors.
+fn quad_stores(e: &mut Emitter, epilogue: usize, row: usize, col: usize) {
+    let k = e.k;
+    let n = k.outputs.len();
+    e.line(
+        0,
+        &format!(
+            "fn epi(r: u32, c: u32, i: u32, folded: f32) -> array<f32, {n}> {{\n    let c{row} = i32(r);\n    \
+             let c{col} = i32(c);\n    var w: array<f32, {n}>;"
+        ),
+    );
+    e.range(epilogue..k.body.len(), 1);
+    for (o, &(_, value)) in k.outputs.iter().enumerate() {
+        e.line(1, &format!("w[{o}] = t{value};"));
+    }
+    e.line(1, "return w;");
+    e.line(0, "}");
+    e.line(0, "fn store4(r: u32, c: u32, i: u32, v: vec4<f32>) {");
+    e.line(1, "if (c >= sizes().y) { return; }");
+    for j in 0..4 {
+        e.line(1, &format!("let w{j} = epi(r, c + {j}u, i + {j}u, v[{j}]);"));
+    }
+    for o in 0..n {
+        let st = e.store(o, "i >> 2u", &format!("vec4<f32>(w0[{o}], w1[{o}], w2[{o}], w3[{o}])"));
+        e.line(1, &st);
+    }
+    e.line(0, "}");
 }
 
 /// The epilogue of a kernel with `packed` outputs (narrow elements stored by atomic word updates where they are

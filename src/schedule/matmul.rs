@@ -74,7 +74,8 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let batch = out.numel() / (m * n);
     let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
     let tile = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, &tiles));
-    l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile, thin });
+    let quad = thin.is_none() && n % 4 == 0 && l.k.out_types.iter().all(|&t| t == DType::F32);
+    l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile, thin, quad });
     Ok(vec![l.k])
 }
 

@@ -170,6 +170,39 @@ fn matmul(g: &mut Graph, m: usize, k: usize, n: usize) -> (NodeId, NodeId, NodeI
 }
 
 #[test]
+fn f32_products_of_whole_column_quads_store_16_byte_vectors() {
+    use crate::kernel::Kind;
+    let quad_of = |g: &Graph, outs: &[NodeId]| -> (bool, String) {
+        let p = plan(g, outs, &FUSE);
+        let k = &p.kernels[0];
+        let Kind::Matmul(mm) = k.kind else { panic!("a product first") };
+        let src = crate::codegen::generate(k, &Default::default());
+        crate::codegen::validate(&src);
+        (mm.quad, src)
+    };
+    // n a multiple of 4, the product and its epilogue both stored: each output bound and written as vectors.
+    let mut g = Graph::default();
+    let (_, _, p) = matmul(&mut g, 70, 30, 132);
+    let bias = data(&mut g, &[132]);
+    let y = bin(&mut g, BinaryOp::Add, p, bias);
+    let (quad, src) = quad_of(&g, &[p, y]);
+    assert!(quad);
+    assert!(src.contains("o0: array<vec4<f32>>") && src.contains("o1: array<vec4<f32>>"), "{src}");
+    assert!(src.contains("o1[i >> 2u] = vec4<f32>(w0[1], w1[1], w2[1], w3[1]);"), "{src}");
+    // n = 2 mod 4: a thread's 4 columns may straddle n, so element by element.
+    let mut g = Graph::default();
+    let (_, _, p) = matmul(&mut g, 70, 30, 130);
+    let (quad, src) = quad_of(&g, &[p]);
+    assert!(!quad && src.contains("o0: array<f32>"), "{src}");
+    // An output that is not f32 (a mask of the product): element by element.
+    let mut g = Graph::default();
+    let (_, _, p) = matmul(&mut g, 70, 30, 132);
+    let zero = scalar(&mut g, 0.0);
+    let mask = g.add(Op::Binary(BinaryOp::Gt, p, zero), Shape::from([70, 132]), DType::Bool);
+    assert!(!quad_of(&g, &[p, mask]).0);
+}
+
+#[test]
 fn matmul_takes_its_epilogue_and_cheap_prologues() {
     let mut g = Graph::default();
     let (x, w, _) = matmul(&mut g, 64, 32, 48);
