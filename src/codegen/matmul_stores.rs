@@ -80,26 +80,39 @@ pub(super) fn store_functions(e: &mut Emitter, epilogue: usize, row: usize, col:
     false
 }
 
+/// Emits `fn epi(r, c, i, folded) -> array<T, N>` (`(ty, n)` = (T, N)): the epilogue of the element at row `r`, column
+/// `c` and index `i` from instruction `epilogue` on, then `line(e, output, value)` for each output, filling `w`.
+fn epi(
+    e: &mut Emitter,
+    (ty, n): (&str, usize),
+    epilogue: usize,
+    row: usize,
+    col: usize,
+    mut line: impl FnMut(&mut Emitter, usize, &str) -> String,
+) {
+    e.line(
+        0,
+        &format!(
+            "fn epi(r: u32, c: u32, i: u32, folded: f32) -> array<{ty}, {n}> {{\n    let c{row} = i32(r);\n    \
+             let c{col} = i32(c);\n    var w: array<{ty}, {n}>;"
+        ),
+    );
+    e.range(epilogue..e.k.body.len(), 1);
+    for (o, &(_, value)) in e.k.outputs.iter().enumerate() {
+        let st = line(e, o, &format!("t{value}"));
+        e.line(1, &st);
+    }
+    e.line(1, "return w;");
+    e.line(0, "}");
+}
+
 /// The epilogue of a kernel whose f32 outputs are bound as `vec4<f32>` ([`crate::kernel::Matmul::quad`]): `epi` runs
 /// the epilogue of one element and returns every output's value; `store4` runs it for 4 neighbouring columns of one
 /// row (all inside n, which is a multiple of 4) and stores one vector per output. Element by element, a warp's
 /// store wrote 4-byte values 16 bytes apart, four times over the same sectors.
 fn quad_stores(e: &mut Emitter, epilogue: usize, row: usize, col: usize) {
-    let k = e.k;
-    let n = k.outputs.len();
-    e.line(
-        0,
-        &format!(
-            "fn epi(r: u32, c: u32, i: u32, folded: f32) -> array<f32, {n}> {{\n    let c{row} = i32(r);\n    \
-             let c{col} = i32(c);\n    var w: array<f32, {n}>;"
-        ),
-    );
-    e.range(epilogue..k.body.len(), 1);
-    for (o, &(_, value)) in k.outputs.iter().enumerate() {
-        e.line(1, &format!("w[{o}] = t{value};"));
-    }
-    e.line(1, "return w;");
-    e.line(0, "}");
+    let n = e.k.outputs.len();
+    epi(e, ("f32", n), epilogue, row, col, |_, o, v| format!("w[{o}] = {v};"));
     e.line(0, "fn store4(r: u32, c: u32, i: u32, v: vec4<f32>) {");
     e.line(1, "if (c >= sizes().y) { return; }");
     for j in 0..4 {
@@ -119,26 +132,10 @@ fn quad_stores(e: &mut Emitter, epilogue: usize, row: usize, col: usize) {
 /// elements per word, all 4 inside) writes each word once. Element by element, a bf16 product's two atomic updates
 /// per output ran 4096^3 at 2.3 TFLOP/s against the f32 kernel's 28.
 fn packed_stores(e: &mut Emitter, packed: &[(usize, u32)], epilogue: usize, row: usize, col: usize) {
-    let k = e.k;
-    let n = packed.len();
-    e.line(
-        0,
-        &format!(
-            "fn epi(r: u32, c: u32, i: u32, folded: f32) -> array<u32, {n}> {{\n    let c{row} = i32(r);\n    \
-             let c{col} = i32(c);\n    var w: array<u32, {n}>;"
-        ),
-    );
-    e.range(epilogue..k.body.len(), 1);
-    for (o, &(_, value)) in k.outputs.iter().enumerate() {
-        let v = format!("t{value}");
-        let st = match packed.iter().position(|&(p, _)| p == o) {
-            Some(j) => format!("w[{j}] = {};", e.packed_bits(o, &v)),
-            None => e.store(o, "i", &v),
-        };
-        e.line(1, &st);
-    }
-    e.line(1, "return w;");
-    e.line(0, "}");
+    epi(e, ("u32", packed.len()), epilogue, row, col, |e, o, v| match packed.iter().position(|&(p, _)| p == o) {
+        Some(j) => format!("w[{j}] = {};", e.packed_bits(o, v)),
+        None => e.store(o, "i", v),
+    });
     e.line(0, "fn store(r: u32, c: u32, i: u32, folded: f32) {");
     e.line(1, "let w = epi(r, c, i, folded);");
     for (j, &(o, _)) in packed.iter().enumerate() {

@@ -322,13 +322,7 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
     } else {
         depth
     };
-    e.line(d, "red[lid.x] = bitcast<u32>(acc);");
-    e.line(d, "workgroupBarrier();");
-    e.line(d, "for (var s = team / 2u; s > 0u; s = s >> 1u) {");
-    let p = pair(e, "red[lid.x]", "red[lid.x + s]");
-    e.line(d + 1, &format!("if (lane_t < s) {{ red[lid.x] = {p}; }}"));
-    e.line(d + 1, "workgroupBarrier();");
-    e.line(d, "}");
+    memory_tree(e, op, dt, d, "lane_t", "");
     e.line(d, "total = red[lid.x - lane_t];");
     if again {
         e.line(d, "workgroupBarrier();");
@@ -342,20 +336,26 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
 /// whose levels pair threads `s * per` apart (`sub` and `sub + s` of one team), so the order is fixed by the team
 /// size alone.
 fn column_tree(e: &mut Emitter, op: ReduceOp, dt: DType) {
-    let dt = dt.lanes();
+    memory_tree(e, op, dt.lanes(), 1, "sub", " * per");
+}
+
+/// The workgroup-memory tree both layouts share: each thread's `acc` into `red[lid.x]`, then levels halving `team`,
+/// where the thread whose place in its team (`place`) is below `s` folds in the value `s` places on, its threads
+/// `stride` apart (`""` for neighbours, `" * per"` for a column team's). The team's fold ends at its first thread.
+fn memory_tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, place: &str, stride: &str) {
     let ty = lane_type(dt, 1);
-    e.line(1, "red[lid.x] = bitcast<u32>(acc);");
-    e.line(1, "workgroupBarrier();");
-    e.line(1, "for (var s = team / 2u; s > 0u; s = s >> 1u) {");
+    e.line(depth, "red[lid.x] = bitcast<u32>(acc);");
+    e.line(depth, "workgroupBarrier();");
+    e.line(depth, "for (var s = team / 2u; s > 0u; s = s >> 1u) {");
     let v = e.b.binary(
         op.combine(),
         dt,
         &format!("bitcast<{ty}>(red[lid.x])"),
-        &format!("bitcast<{ty}>(red[lid.x + s * per])"),
+        &format!("bitcast<{ty}>(red[lid.x + s{stride}])"),
     );
-    e.line(2, &format!("if (sub < s) {{ red[lid.x] = bitcast<u32>({v}); }}"));
-    e.line(2, "workgroupBarrier();");
-    e.line(1, "}");
+    e.line(depth + 1, &format!("if ({place} < s) {{ red[lid.x] = bitcast<u32>({v}); }}"));
+    e.line(depth + 1, "workgroupBarrier();");
+    e.line(depth, "}");
 }
 
 /// The fold's element at axis position `at` (in a wide fold: the vector at `at`, elements `4 at..4 at + 4`),
