@@ -145,7 +145,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         }
     }
     let quad = quad_stores(k, &mm, target);
-    let packed = store_functions(&mut e, mm.b_end, row, col, quad);
+    let store4 = store_functions(&mut e, mm.b_end, row, col, quad);
     if let Some((_, fm, fn_)) = layout {
         e.out.push_str(&coop_body(fm, fn_, mm.a_along_k, mm.b_along_k));
     } else if let Some(thin) = mm.thin {
@@ -155,7 +155,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         }
         e.out.push_str(&THIN_SKELETON.replace("/*STORES*/", &puts));
     } else {
-        e.out.push_str(&SKELETON.replace("/*STORES*/", &stores(mm.tile, packed || quad)));
+        e.out.push_str(&SKELETON.replace("/*STORES*/", &stores(mm.tile, store4)));
     }
     let Emitter { b, out, .. } = e;
     b.finish(&out)

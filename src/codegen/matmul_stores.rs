@@ -8,9 +8,9 @@ use std::fmt::Write;
 /// The stores of one thread's `tm` x `tn` outputs, unrolled with constant indices into `acc`. As a loop, NVIDIA's
 /// compiler (580) left it rolled when the epilogue was long (a GELU with its pre-activation also stored), indexing
 /// `acc` at run time, which moved it out of registers and ran the whole product at 2.3 TFLOP/s instead of 25.
-/// With `packed` (or quad) outputs, each thread's 4 neighbouring columns go to `store4` together, which writes whole
-/// words (or vectors).
-pub(super) fn stores(tile: crate::kernel::MatmulTile, packed: bool) -> String {
+/// With `store4` (packed or vector outputs), each thread's 4 neighbouring columns go to it together, which writes
+/// whole words or vectors.
+pub(super) fn stores(tile: crate::kernel::MatmulTile, store4: bool) -> String {
     let (rm, rn) = (tile.tm / 4, tile.tn / 4);
     let mut out = String::new();
     for s in 0..rm {
@@ -26,7 +26,7 @@ pub(super) fn stores(tile: crate::kernel::MatmulTile, packed: bool) -> String {
             );
             for q in 0..rn {
                 let at = (s * 4 + r) * rn + q;
-                if packed {
+                if store4 {
                     let _ = writeln!(
                         out,
                         "            {{ let col = n0 + {q}u * (BN / RN) + tx * 4u; \
@@ -53,7 +53,8 @@ pub(super) fn stores(tile: crate::kernel::MatmulTile, packed: bool) -> String {
 }
 
 /// Emits the epilogue's store functions from instruction `epilogue` on, with `row` and `col` the kernel's last two
-/// axes: `store` alone where every output is stored whole, else [`packed_stores`]; whether any output is packed.
+/// axes: [`quad_stores`] for vector stores, [`packed_stores`] where an output is packed, else `store` alone;
+/// whether the kernel has a `store4` (the first two).
 pub(super) fn store_functions(e: &mut Emitter, epilogue: usize, row: usize, col: usize, quad: bool) -> bool {
     let k = e.k;
     if quad {

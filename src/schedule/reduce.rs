@@ -152,7 +152,7 @@ const COLUMN_TEAM_PARTIALS: usize = 32;
 /// alternated twice in one call: `train_gpt --nanogpt` 46.32 / 46.18 -> 46.30 / 46.23 ms, 297 -> 283 dispatches
 /// with teams wherever they made 128 workgroups; this rule takes the `[16384, 1152]` and `[16384, 1536]` bias
 /// gradients, 285 dispatches, 46.16-46.28 ms in a later call. Where the chunks are fewer the two passes stay: the
-/// GEMV `[1, 4096] x [4096, 4096]` (64 chunks) and `x.sum(0)` of `[4096, 4096]` ran 3-8% slower in one pass.
+/// GEMV `[1, 4096] x [4096, 4096]` (64 chunks) and `x.sum(0)` of `[4096, 4096]` ran up to 8% slower in one pass.
 const ONE_PASS_CHUNKS: usize = 128;
 const ONE_PASS_GROUPS: usize = 128;
 const ONE_PASS_TEAM: u32 = 32;
