@@ -206,7 +206,8 @@ pub struct Reduce {
     pub team_at: usize,
     /// Columns only: a team of threads (the team size parameter: 1 to 256, a power of two) folds each (output,
     /// chunk), each thread striding along the axis by the team size, the team meeting in a tree in workgroup
-    /// memory; neighbouring threads still fold neighbouring outputs. For a fold of many partials per output.
+    /// memory; neighbouring threads still fold neighbouring outputs. For a fold of many partials per output, and
+    /// for a long column fold over enough columns, in one pass (`schedule/reduce.rs`, `ONE_PASS_CHUNKS`).
     pub column_team: bool,
     /// A first stage: each chunk's fold goes to `outputs[0]`, laid out as the domain with the axis at the number of
     /// chunks, for a second kernel to fold; no epilogue.

@@ -3,8 +3,9 @@
 //!
 //! Rows (the folded elements adjacent): a workgroup per (output, chunk); threads stride along the axis, each folding
 //! its elements in order, then meet in a tree in workgroup memory. Columns: a thread per (output, chunk) folds its
-//! elements in order while its neighbours fold the neighbouring outputs, so loads stay coalesced. Either way the
-//! order is fixed by the sizes alone: the same input gives the same bits on every run.
+//! elements in order while its neighbours fold the neighbouring outputs, so loads stay coalesced; or, with
+//! `column_team`, a team of threads per (output, chunk) strides along it and meets in a tree in workgroup memory.
+//! Either way the order is fixed by the sizes alone: the same input gives the same bits on every run.
 
 use super::emit::Emitter;
 use super::{lane_type, Target, WORKGROUP_SIZE};
