@@ -302,6 +302,64 @@ fn casts_at_the_edges_follow_rust_as() {
     }
 }
 
+/// Every f16 rounding case, as `half` rounds (to nearest, ties to even), where a kernel's f32 result is rounded as it
+/// is stored: sums of f16 values exactly halfway between neighbouring f16 values and just either side, in every
+/// normal binade that allows it, both signs; products that land halfway between subnormals; the overflow edge.
+/// Stored whole words at a time (a multiple of 4 elements) and element by element (an odd tail).
+#[test]
+fn f16_results_round_to_nearest_even_as_they_are_stored() {
+    let h = |v: f32| f16::from_f32(v);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    // lo + ulp/2 (a tie), lo + ulp/2 (1 +- 2^-10): each operand an f16, the sum exact in f32.
+    for bits in (0x0800u16..0x7bff).step_by(3) {
+        let lo = f16::from_bits(bits);
+        let half_ulp = (f16::from_bits(bits + 1).to_f32() - lo.to_f32()) / 2.0;
+        for d in [half_ulp, half_ulp * (1.0 + 1.0 / 1024.0), half_ulp * (1.0 - 1.0 / 2048.0)] {
+            for sign in [1.0, -1.0] {
+                a.push(h(sign * lo.to_f32()));
+                b.push(h(sign * d));
+            }
+        }
+    }
+    // m 2^-12 * 2^-13: halfway between subnormals for odd m.
+    for m in 1..2048 {
+        a.push(h(m as f32 / 4096.0));
+        b.push(h(1.0 / 8192.0));
+    }
+    a.extend([h(65504.0), h(65504.0), h(-65504.0), h(f32::NAN)]);
+    b.extend([h(16.0), h(15.0), h(-16.0), h(1.0)]);
+    let sums = a.len() - 2047 - 4;
+    let want: Vec<f16> = (0..a.len())
+        .map(|i| {
+            let (x, y) = (a[i].to_f32(), b[i].to_f32());
+            h(if i < sums || i >= a.len() - 4 { x + y } else { x * y })
+        })
+        .collect();
+    for n in [a.len() - a.len() % 4 - 4, a.len()] {
+        for (dev, path) in f16_paths() {
+            let x = Tensor::from_vec_on(a[..n].to_vec(), [n], &dev);
+            let y = Tensor::from_vec_on(b[..n].to_vec(), [n], &dev);
+            let take = |lo: usize, hi: usize| lo.min(n)..hi.min(n);
+            let add = (&x + &y).to_vec_as::<f16>();
+            let mul = (&x * &y).to_vec_as::<f16>();
+            for i in take(0, sums).chain(take(a.len() - 4, a.len())) {
+                let ok = add[i].to_bits() == want[i].to_bits() || (add[i].is_nan() && want[i].is_nan());
+                assert!(
+                    ok,
+                    "{:e} + {:e} to f16 ({path}, {n}): got {:#x}, want {:#x}",
+                    a[i],
+                    b[i],
+                    add[i].to_bits(),
+                    want[i].to_bits()
+                );
+            }
+            for i in take(sums, a.len() - 4) {
+                assert_eq!(mul[i].to_bits(), want[i].to_bits(), "{:e} * {:e} to f16 ({path}, {n})", a[i], b[i]);
+            }
+        }
+    }
+}
+
 #[test]
 fn comparisons_with_nan_are_false_except_ne() {
     for dev in devices() {

@@ -118,7 +118,7 @@ impl Emitter<'_> {
         let dt = self.k.out_types[o];
         let wide = self.wide_out[o];
         // Half values are rounded to their type here, once, as they leave the kernel.
-        let rounded = self.b.round(dt, value.to_string());
+        let rounded = self.rounded(dt, value);
         let value = rounded.as_str();
         match self.storage(dt) {
             Storage::Word => format!("o{o}[{e}] = {value};"),
@@ -152,7 +152,8 @@ impl Emitter<'_> {
         }
     }
 
-    /// The bits of `value` (already rounded to `dt`) as a packed element, in the low bits of a `u32`.
+    /// The bits of `value` as a packed element, in the low bits of a `u32`: f16 rounded by `lz_h`, bf16 already
+    /// rounded to its type.
     fn bits(&mut self, dt: DType, value: &str) -> String {
         match dt {
             DType::F16 => format!("{}({value})", self.b.helper(Helper::HalfBits)),
@@ -173,8 +174,18 @@ impl Emitter<'_> {
     /// or one element of a whole word a thread owns.
     pub fn packed_bits(&mut self, o: usize, value: &str) -> String {
         let dt = self.k.out_types[o];
-        let rounded = self.b.round(dt, value.to_string());
+        let rounded = self.rounded(dt, value);
         self.bits(dt, &rounded)
+    }
+
+    /// `value` rounded to `dt` for a store, except where the store's conversion to bits rounds it itself: packed
+    /// f16, whose `lz_h` rounds and converts in one pass (rounding first, then converting, took twice the
+    /// integer work per element).
+    fn rounded(&mut self, dt: DType, value: &str) -> String {
+        match (self.storage(dt), dt) {
+            (Storage::Packed { .. }, DType::F16) => value.to_string(),
+            _ => self.b.round(dt, value.to_string()),
+        }
     }
 
     /// The name of coordinate `axis` in `frame`.

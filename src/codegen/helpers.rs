@@ -140,15 +140,18 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
 }
 "
         }
+        // The f16 bits of `x` rounded as `lz_f16` rounds it, in one pass: NaN is the quiet NaN, from 65520 up is
+        // infinity, below 2^-14 the count of 2^-24 steps (`round`, ties to even), and normals drop 13 mantissa
+        // bits to nearest even (a carry into the exponent is the next binade, as it should be).
         Helper::HalfBits => {
             "fn lz_h(x: f32) -> u32 {
     let b = bitcast<u32>(x);
     let s = (b >> 16u) & 0x8000u;
     let a = b & 0x7fffffffu;
     if (a > 0x7f800000u) { return s | 0x7e00u; }
-    if (a >= 0x47800000u) { return s | 0x7c00u; }
-    if (a < 0x38800000u) { return s | u32(bitcast<f32>(a) * 16777216.0); }
-    return s | ((a - 0x38000000u) >> 13u);
+    if (a >= 0x477ff000u) { return s | 0x7c00u; }
+    if (a < 0x38800000u) { return s | u32(round(bitcast<f32>(a) * 16777216.0)); }
+    return s | ((a + 0xfffu + ((a >> 13u) & 1u) - 0x38000000u) >> 13u);
 }
 "
         }
