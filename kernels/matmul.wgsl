@@ -4,7 +4,8 @@
 // multiply-adds per step of k; the next slabs' elements are fetched into registers meanwhile. Edges are handled by
 // loading zeros past m, n and k and storing only inside.
 //
-// Codegen (src/codegen/matmul.rs) prepends the constants BM BN BK TM TN A_ALONG_K B_ALONG_K, the bindings, and:
+// Codegen (src/codegen/matmul.rs) prepends the constants BM BN BK TM TN A_ALONG_K B_ALONG_K EVEN (the blocks cover
+// m, n and k exactly: no fetch is out of bounds), the bindings, and:
 //   fn sizes() -> vec3<u32>            m, n and k
 //   fn batches() -> u32                number of batch matrices
 //   fn set_batch(b: u32)               sets the batch coordinates the operand and epilogue functions read
@@ -50,7 +51,7 @@ fn fetch_a(e: u32, m0: u32, k0: u32, base: u32, size: vec3<u32>) -> f32 {
     let c = coords_a(e);
     let gr = m0 + c.x;
     let gk = k0 + c.y;
-    if (e < BM * BK && gr < size.x && gk < size.z) {
+    if (e < BM * BK && (EVEN || (gr < size.x && gk < size.z))) {
         return load_a(gr, gk, (base + gr) * size.z + gk);
     }
     return 0.0;
@@ -59,7 +60,7 @@ fn fetch_b(e: u32, n0: u32, k0: u32, base: u32, size: vec3<u32>) -> f32 {
     let c = coords_b(e);
     let gc = n0 + c.x;
     let gk = k0 + c.y;
-    if (e < BK * BN && gc < size.y && gk < size.z) {
+    if (e < BK * BN && (EVEN || (gc < size.y && gk < size.z))) {
         return load_b(gk, gc, (base + gk) * size.y + gc);
     }
     return 0.0;

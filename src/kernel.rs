@@ -56,6 +56,9 @@ pub struct Matmul {
     /// Whether the tiled kernel stores 4 neighbouring columns at once, as one 16-byte vector per output: n is a
     /// multiple of 4 (so a thread's 4 columns are all inside or all past n) and every output is f32.
     pub quad: bool,
+    /// Whether the tiled kernel's blocks cover m, n and k exactly (each a multiple of BM, BN and BK), so its slab
+    /// fetches need no bounds checks.
+    pub even: bool,
 }
 
 /// A thin product's layout: each thread holds a sum per output of the narrow side (at most [`THIN_SIDE`]) in

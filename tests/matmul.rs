@@ -479,6 +479,34 @@ fn thin_products_in_every_layout() {
     }
 }
 
+/// Products whose tiles cover m, n and k exactly fetch their slabs without bounds checks (`Matmul::even`): the
+/// large, small, tall and wide tiles' multiples, batched, read through transposed and narrowed views, split along k,
+/// with an epilogue; beside each, the same product one past the tile on one axis (checked fetches).
+#[test]
+fn products_whose_tiles_cover_them_exactly_match_the_reference() {
+    let mut rng = Rng::new(77);
+    for dev in devices() {
+        for (batch, m, k, n) in
+            [(1, 256, 64, 256), (2, 128, 32, 128), (4, 64, 48, 128), (3, 128, 16, 64), (1, 64, 16, 64)]
+        {
+            for (dm, dk, dn) in [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)] {
+                let (m, k, n) = (m + dm, k + dk, n + dn);
+                let what = format!("{batch} x [{m}, {k}] x [{k}, {n}] on {}", dev.name());
+                let a = rand(&dev, &mut rng, &[batch, m, k]);
+                let b = rand(&dev, &mut rng, &[batch, k, n]);
+                check(&a.matmul(&b), k, &what);
+                let at = rand(&dev, &mut rng, &[batch, k, m]).transpose(1, 2);
+                let bt = rand(&dev, &mut rng, &[batch, n, k + 2]).narrow(2, 1, k).transpose(1, 2);
+                let bias = rand(&dev, &mut rng, &[n]);
+                check(&(at.matmul(&bt) + &bias).relu(), k, &format!("relu(a^T b^T + bias), {what}"));
+            }
+        }
+        // A weight gradient cut into slices along k, every slice a whole number of slabs.
+        let (x, g) = (rand(&dev, &mut rng, &[8192, 128]), rand(&dev, &mut rng, &[8192, 64]));
+        check(&x.t().matmul(&g), 8192, &format!("x^T g, [128, 8192] x [8192, 64] on {}", dev.name()));
+    }
+}
+
 #[test]
 fn long_k_with_few_output_tiles_is_cut_into_slices_summed() {
     let mut rng = Rng::new(41);

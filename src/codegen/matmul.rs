@@ -115,8 +115,8 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         let _ = write!(
             e.out,
             "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst TM: u32 = {}u;\n\
-             const TN: u32 = {}u;\nconst A_ALONG_K: bool = {};\nconst B_ALONG_K: bool = {};\n",
-            t.bm, t.bn, t.bk, t.tm, t.tn, mm.a_along_k, mm.b_along_k
+             const TN: u32 = {}u;\nconst A_ALONG_K: bool = {};\nconst B_ALONG_K: bool = {};\nconst EVEN: bool = {};\n",
+            t.bm, t.bn, t.bk, t.tm, t.tn, mm.a_along_k, mm.b_along_k, mm.even
         );
     }
     let (row, col) = (rank - 2, rank - 1);

@@ -18,6 +18,14 @@ use crate::view::View;
 /// tiled kernel on the H200 (0.12 TFLOP/s: 16 workgroups of 64 x 64, 10 columns used).
 pub(crate) const THIN: usize = crate::kernel::THIN_SIDE;
 
+/// Tiles of 8 x 8 outputs per thread store 16-byte vectors ([`Matmul::quad`]) only where k is at most this: on
+/// the H200 the vector stores took short products 2-40% faster (the attention's `q k^T`, k = 64; nanoGPT's
+/// `[16384, 384] x [384, n]`) but long ones 2-4% slower (4096^3 33.3 -> 32.2 TFLOP/s; k = 1024-1536). Those
+/// threads sit at the driver's 128-register cap, which the epilogue's 4 columns at a time likely tighten for the
+/// main loop. `bench shapes` with the bound at 384 against always: 11.60 / 11.58 ms against 11.79 / 11.76
+/// (docs/matmul.md, "16-byte stores").
+const QUAD_MAX_K: usize = 384;
+
 /// The tile for a product of `batch` matrices of `m` x `n` outputs; `f16` when both operands are f16, which run on
 /// tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3 (H200, 110 and
 /// 118 TFLOP/s against 102 and 99 for 128 x 128; docs/matmul.md), at a cost of about 5% to the tiled kernel.
@@ -74,8 +82,14 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let batch = out.numel() / (m * n);
     let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
     let tile = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, &tiles));
-    let quad = thin.is_none() && n % 4 == 0 && l.k.out_types.iter().all(|&t| t == DType::F32);
-    l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile, thin, quad });
+    let quad = thin.is_none()
+        && n % 4 == 0
+        && l.k.out_types.iter().all(|&t| t == DType::F32)
+        && (tile.tm * tile.tn < 64 || k <= QUAD_MAX_K);
+    // Where the blocks cover the product exactly, the slab fetches drop their bounds checks: H200, `bench shapes`
+    // 11.64 -> 11.26-11.30 ms, a nanoGPT step 44.25 -> 43.53 ms (docs/matmul.md, "Fetches without bounds checks").
+    let even = [(m, tile.bm), (n, tile.bn), (k, tile.bk)].iter().all(|&(x, b)| x % b as usize == 0);
+    l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile, thin, quad, even });
     Ok(vec![l.k])
 }
 
