@@ -59,6 +59,11 @@ pub struct Matmul {
     /// Whether the tiled kernel's blocks cover m, n and k exactly (each a multiple of BM, BN and BK), so its slab
     /// fetches need no bounds checks.
     pub even: bool,
+    /// Whether A (B) is fetched 16 bytes at a time: an even product whose operand is one load of an f32 input that
+    /// nothing else in the kernel reads, contiguous along the axis its slab is fetched along, with every quad of 4
+    /// elements 16-byte aligned. Its input is then bound as `vec4<f32>`.
+    pub vec_a: bool,
+    pub vec_b: bool,
 }
 
 /// A thin product's layout: each thread holds a sum per output of the narrow side (at most [`THIN_SIDE`]) in

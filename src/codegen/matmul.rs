@@ -115,8 +115,9 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         let _ = write!(
             e.out,
             "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst TM: u32 = {}u;\n\
-             const TN: u32 = {}u;\nconst A_ALONG_K: bool = {};\nconst B_ALONG_K: bool = {};\nconst EVEN: bool = {};\n",
-            t.bm, t.bn, t.bk, t.tm, t.tn, mm.a_along_k, mm.b_along_k, mm.even
+             const TN: u32 = {}u;\nconst A_ALONG_K: bool = {};\nconst B_ALONG_K: bool = {};\nconst EVEN: bool = {};\n\
+             const VA: bool = {};\nconst VB: bool = {};\n",
+            t.bm, t.bn, t.bk, t.tm, t.tn, mm.a_along_k, mm.b_along_k, mm.even, mm.vec_a, mm.vec_b
         );
     }
     let (row, col) = (rank - 2, rank - 1);
@@ -140,8 +141,13 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     for op in &operands {
         if layout.is_some() {
             octets(&mut e, op);
+        } else if mm.thin.is_none() && (if op.a { mm.vec_a } else { mm.vec_b }) {
+            quads(&mut e, op);
         } else {
             load(&mut e, op);
+            if mm.thin.is_none() {
+                scalar_quads(&mut e, op);
+            }
         }
     }
     let quad = quad_stores(k, &mm, target);
@@ -214,6 +220,50 @@ fn load(e: &mut Emitter, op: &Operand) {
     e.line(1, &format!("let c{row} = i32(x);\n    let c{col} = i32(y);"));
     e.range(op.body.clone(), 1);
     e.line(1, &format!("return t{};", op.value));
+    e.line(0, "}");
+}
+
+/// Emits `load4_{a,b}(x, y, base, size) -> vec4<f32>` for an operand fetched 16 bytes at a time
+/// ([`crate::kernel::Matmul::vec_a`]): its input, bound as `vec4<f32>`, at the quad whose first element is matrix
+/// coordinate `(x, y)`, which the scheduler made sure is 16-byte aligned; and `load_{a,b}`, which the skeleton's
+/// other path names, reading one element of that binding.
+fn quads(e: &mut Emitter, op: &Operand) {
+    let rank = e.k.shape.ndim();
+    let (row, col) = (rank - 2, rank - 1);
+    let name = op.name();
+    let (_, _, flat) = op.extents();
+    let [Instr::Load { input, view, .. }] = e.k.body[op.body.clone()] else {
+        unreachable!("a quad operand is one load")
+    };
+    let index = match view {
+        None => flat("x", "y"),
+        Some(v) => format!("u32({})", e.index(v.at, 0)),
+    };
+    let coords = format!("let c{row} = i32(x);\n    let c{col} = i32(y);");
+    e.line(0, &format!("fn load4_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> vec4<f32> {{"));
+    e.line(1, &format!("{coords}\n    return i{input}[({index}) / 4u];"));
+    e.line(0, "}");
+    let index = match view {
+        None => "i".to_string(),
+        Some(v) => format!("u32({})", e.index(v.at, 0)),
+    };
+    e.line(0, &format!("fn load_{name}(x: u32, y: u32, i: u32) -> f32 {{"));
+    e.line(1, &format!("{coords}\n    let e = {index};\n    return i{input}[e / 4u][e % 4u];"));
+    e.line(0, "}");
+}
+
+/// Emits `load4_{a,b}` for an operand fetched element by element: the skeleton names it on its other path (not
+/// taken), and it gives the same 4 elements through `load_{a,b}`.
+fn scalar_quads(e: &mut Emitter, op: &Operand) {
+    let name = op.name();
+    let (_, _, flat) = op.extents();
+    let (xt, yt) = if op.along { ("x", "y + t") } else { ("x + t", "y") };
+    let elem = |t: u32| {
+        let (xt, yt) = (xt.replace('t', &format!("{t}u")), yt.replace('t', &format!("{t}u")));
+        format!("load_{name}({xt}, {yt}, {})", flat(&xt, &yt))
+    };
+    e.line(0, &format!("fn load4_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> vec4<f32> {{"));
+    e.line(1, &format!("return vec4<f32>({}, {}, {}, {});", elem(0), elem(1), elem(2), elem(3)));
     e.line(0, "}");
 }
 

@@ -89,7 +89,46 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     // Where the blocks cover the product exactly, the slab fetches drop their bounds checks: H200, `bench shapes`
     // 11.64 -> 11.26-11.30 ms, a nanoGPT step 44.25 -> 43.53 ms (docs/matmul.md, "Fetches without bounds checks").
     let even = [(m, tile.bm), (n, tile.bn), (k, tile.bk)].iter().all(|&(x, b)| x % b as usize == 0);
-    l.k.kind = Kind::Matmul(Matmul { a: va, a_end, b: vb, b_end, k_at, a_along_k, b_along_k, tile, thin, quad, even });
+    let threads = crate::kernel::WORKGROUP_SIZE as usize;
+    // A quad a thread: the slab's elements are a whole number of quads per thread.
+    let whole = |rows: u32| (rows * tile.bk) as usize % (4 * threads) == 0;
+    // A along k reads its rows' axis (r - 1), else its columns' (r - 2); B the other way round.
+    let qa = (even && thin.is_none() && whole(tile.bm))
+        .then(|| quad_input(&l.k, 0..a_end, if a_along_k { r - 1 } else { r - 2 }))
+        .flatten();
+    let qb = (even && thin.is_none() && whole(tile.bn))
+        .then(|| quad_input(&l.k, a_end..b_end, if b_along_k { r - 2 } else { r - 1 }))
+        .flatten();
+    // An input bound as vectors is read only by operands fetched as quads (both, where q and k^T are views of
+    // one buffer).
+    let reads = |input: usize| {
+        let of = |i: &Instr| matches!(i, Instr::Load { input: n, .. } | Instr::Gather { input: n, .. } if *n == input);
+        l.k.body.iter().filter(|i| of(i)).count()
+    };
+    let alone = |q: Option<usize>, other: Option<usize>| {
+        q.is_some_and(|i| reads(i) == 1 + usize::from(other == Some(i)) && !l.k.aliases.iter().any(|a| a.0 == i))
+    };
+    let (vec_a, vec_b) = (alone(qa, qb), alone(qb, qa));
+    for (on, q) in [(vec_a, qa), (vec_b, qb)] {
+        if let (true, Some(i)) = (on, q) {
+            l.k.inputs[i].1 = true;
+        }
+    }
+    l.k.kind = Kind::Matmul(Matmul {
+        a: va,
+        a_end,
+        b: vb,
+        b_end,
+        k_at,
+        a_along_k,
+        b_along_k,
+        tile,
+        thin,
+        quad,
+        even,
+        vec_a,
+        vec_b,
+    });
     Ok(vec![l.k])
 }
 
@@ -117,6 +156,22 @@ fn operand(l: &mut Lowerer, id: NodeId, domain: &Shape) -> Result<usize, NodeId>
         return Ok(l.constant(0, DType::F32));
     }
     l.root(id, domain)
+}
+
+/// The input the operand computed by `body` reads, where it can be fetched 4 elements at a time along `axis`
+/// ([`Matmul::vec_a`]): one load of an f32 input with stride 1 along `axis` and every other stride and its offset a
+/// multiple of 4 (a row-major read's pitch is the product's k or n, a multiple of the tile in an even product).
+fn quad_input(k: &Kernel, body: std::ops::Range<usize>, axis: usize) -> Option<usize> {
+    let [Instr::Load { input, view, .. }] = k.body[body] else { return None };
+    let rank = k.shape.ndim();
+    let aligned = match view {
+        None => axis + 1 == rank,
+        Some(v) => {
+            let p = |i: usize| k.params[v.at + i] as i32;
+            v.frame == 0 && p(axis) == 1 && (0..=rank).all(|d| d == axis || p(d) % 4 == 0)
+        }
+    };
+    (aligned && k.in_types[input] == DType::F32).then_some(input)
 }
 
 /// Whether the loads among `body` are contiguous along axis `k` rather than `other`, judged by the first strided

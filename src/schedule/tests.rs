@@ -210,7 +210,47 @@ fn f32_products_of_whole_column_quads_store_16_byte_vectors() {
         assert_eq!((mm.tile.tm * mm.tile.tn == 64, mm.quad), (m == 2048, quad), "{m} x {k}");
         // Only 2048 x 384 x 2048 is covered by its tiles exactly (and fetches without bounds checks).
         assert_eq!(mm.even, k == 384, "{m} x {k}");
+        // Plain f32 operands of an even product are fetched 16 bytes at a time.
+        assert_eq!((mm.vec_a, mm.vec_b), (mm.even, mm.even), "{m} x {k}");
     }
+}
+
+#[test]
+fn operands_of_even_products_are_fetched_as_aligned_quads() {
+    use crate::kernel::Kind;
+    let flags = |g: &Graph, out: NodeId| {
+        let p = plan(g, &[out], &FUSE);
+        let k = &p.kernels[0];
+        let Kind::Matmul(mm) = k.kind else { panic!("a product first") };
+        crate::codegen::validate(&crate::codegen::generate(k, &Default::default()));
+        (mm.vec_a, mm.vec_b, k.inputs.iter().map(|i| i.1).collect::<Vec<_>>())
+    };
+    let view = |g: &mut Graph, x: NodeId, v: View| {
+        let shape = v.shape.clone();
+        g.add(Op::View(v, x), shape, DType::F32)
+    };
+    // `x x^T`: both operands read one buffer (as q and k of an attention), both as quads, bound once as vectors.
+    let mut g = Graph::default();
+    let x = data(&mut g, &[2048, 64]);
+    let xt = view(&mut g, x, View::contiguous(&Shape::from([2048, 64])).permute(&[1, 0]));
+    let p = g.add(Op::Matmul(x, xt), Shape::from([2048, 2048]), DType::F32);
+    assert_eq!(flags(&g, p), (true, true, vec![true]));
+    // A starts one element into its buffer: its quads would not be 16-byte aligned, so A goes element by element
+    // and B, another buffer, still by quads.
+    let mut g = Graph::default();
+    let x = data(&mut g, &[2048 * 64 + 1]);
+    let mut v = View::contiguous(&Shape::from([2048, 64]));
+    v.offset = 1;
+    let a = view(&mut g, x, v);
+    let w = data(&mut g, &[64, 2048]);
+    let p = g.add(Op::Matmul(a, w), Shape::from([2048, 2048]), DType::F32);
+    assert_eq!(flags(&g, p), (false, true, vec![false, true]));
+    // An operand with a prologue (relu of A) is computed element by element.
+    let mut g = Graph::default();
+    let (x, w, _) = matmul(&mut g, 2048, 64, 2048);
+    let rx = un(&mut g, UnaryOp::Relu, x);
+    let p = g.add(Op::Matmul(rx, w), Shape::from([2048, 2048]), DType::F32);
+    assert_eq!(flags(&g, p), (false, true, vec![false, true]));
 }
 
 #[test]
