@@ -154,6 +154,10 @@ pub struct MatmulTiles {
     pub small: MatmulTile,
     pub tall: MatmulTile,
     pub wide: MatmulTile,
+    /// The large tile where both operands are fetched 16 bytes at a time ([`Matmul::vec_a`]): twice as deep, so
+    /// each barrier covers twice the products (without quads the deeper slab's fetch registers cost more than it
+    /// saves: docs/matmul.md).
+    pub deep: MatmulTile,
     pub min_large_groups: usize,
 }
 
@@ -166,6 +170,7 @@ impl MatmulTiles {
         small: MatmulTile { bm: 64, bn: 128, bk: 16, tm: 4, tn: 8 },
         tall: MatmulTile { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4 },
         wide: MatmulTile { bm: 64, bn: 128, bk: 16, tm: 4, tn: 8 },
+        deep: MatmulTile { bm: 128, bn: 128, bk: 16, tm: 8, tn: 8 },
         min_large_groups: 256,
     };
 
@@ -179,6 +184,8 @@ impl MatmulTiles {
             small: t.small,
             tall: fit(t.tall),
             wide: fit(t.wide),
+            // Not the small tile in its place: the large one, where only the shallower slab fits.
+            deep: if t.deep.workgroup_bytes() <= workgroup_bytes { t.deep } else { fit(t.large) },
             min_large_groups: busy.max(1),
         }
     }

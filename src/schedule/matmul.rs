@@ -81,39 +81,32 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let (a_along_k, b_along_k) = (along_k(&l.k, 0..a_end, r - 1, r - 2), along_k(&l.k, a_end..b_end, r - 2, r - 1));
     let batch = out.numel() / (m * n);
     let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
-    let tile = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, &tiles));
+    let chosen = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, &tiles));
+    let plan = |tile: MatmulTile| {
+        let even = [(m, tile.bm), (n, tile.bn), (k, tile.bk)].iter().all(|&(x, b)| x % b as usize == 0);
+        let fetch = Fetch::plan(&l.k, tile, even && thin.is_none(), (0..a_end, a_along_k), (a_end..b_end, b_along_k));
+        (tile, even, fetch)
+    };
+    // The large tile 16 steps of k deep where both operands are fetched as quads (`MatmulTiles::deep`).
+    let (tile, even, fetch) = match plan(chosen) {
+        _ if chosen == tiles.large && forced.is_none() && tiles.deep != tiles.large => {
+            let deep = plan(tiles.deep);
+            if deep.2.a.is_some() && deep.2.b.is_some() {
+                deep
+            } else {
+                plan(chosen)
+            }
+        }
+        p => p,
+    };
     let quad = thin.is_none()
         && n % 4 == 0
         && l.k.out_types.iter().all(|&t| t == DType::F32)
         && (tile.tm * tile.tn < 64 || k <= QUAD_MAX_K);
-    // Where the blocks cover the product exactly, the slab fetches drop their bounds checks: H200, `bench shapes`
-    // 11.64 -> 11.26-11.30 ms, a nanoGPT step 44.25 -> 43.53 ms (docs/matmul.md, "Fetches without bounds checks").
-    let even = [(m, tile.bm), (n, tile.bn), (k, tile.bk)].iter().all(|&(x, b)| x % b as usize == 0);
-    let threads = crate::kernel::WORKGROUP_SIZE as usize;
-    // A quad a thread: the slab's elements are a whole number of quads per thread.
-    let whole = |rows: u32| (rows * tile.bk) as usize % (4 * threads) == 0;
-    // A along k reads its rows' axis (r - 1), else its columns' (r - 2); B the other way round.
-    let qa = (even && thin.is_none() && whole(tile.bm))
-        .then(|| quad_input(&l.k, 0..a_end, if a_along_k { r - 1 } else { r - 2 }))
-        .flatten();
-    let qb = (even && thin.is_none() && whole(tile.bn))
-        .then(|| quad_input(&l.k, a_end..b_end, if b_along_k { r - 2 } else { r - 1 }))
-        .flatten();
-    // An input bound as vectors is read only by operands fetched as quads (both, where q and k^T are views of
-    // one buffer).
-    let reads = |input: usize| {
-        let of = |i: &Instr| matches!(i, Instr::Load { input: n, .. } | Instr::Gather { input: n, .. } if *n == input);
-        l.k.body.iter().filter(|i| of(i)).count()
-    };
-    let alone = |q: Option<usize>, other: Option<usize>| {
-        q.is_some_and(|i| reads(i) == 1 + usize::from(other == Some(i)) && !l.k.aliases.iter().any(|a| a.0 == i))
-    };
-    let (vec_a, vec_b) = (alone(qa, qb), alone(qb, qa));
-    for (on, q) in [(vec_a, qa), (vec_b, qb)] {
-        if let (true, Some(i)) = (on, q) {
-            l.k.inputs[i].1 = true;
-        }
+    for i in [fetch.a, fetch.b].into_iter().flatten() {
+        l.k.inputs[i].1 = true;
     }
+    let (vec_a, vec_b) = (fetch.a.is_some(), fetch.b.is_some());
     l.k.kind = Kind::Matmul(Matmul {
         a: va,
         a_end,
@@ -156,6 +149,43 @@ fn operand(l: &mut Lowerer, id: NodeId, domain: &Shape) -> Result<usize, NodeId>
         return Ok(l.constant(0, DType::F32));
     }
     l.root(id, domain)
+}
+
+/// How a tiled product's operands are fetched: the inputs fetched 16 bytes at a time ([`Matmul::vec_a`], `vec_b`).
+struct Fetch {
+    a: Option<usize>,
+    b: Option<usize>,
+}
+
+impl Fetch {
+    /// The quad fetches of kernel `k` on `tile`, where every fetch is inside the matrices (`inside`: an even
+    /// product), for operands computed by `a.0` and `b.0`, read along k where `.1`. An input is fetched as quads
+    /// only where nothing else reads it (both operands may: an attention's `q k^T` reads one buffer twice).
+    fn plan(
+        k: &Kernel,
+        tile: MatmulTile,
+        inside: bool,
+        a: (std::ops::Range<usize>, bool),
+        b: (std::ops::Range<usize>, bool),
+    ) -> Fetch {
+        let rank = k.shape.ndim();
+        // A quad a thread: the slab's elements are a whole number of quads per thread.
+        let whole = |rows: u32| (rows * tile.bk) % (4 * crate::kernel::WORKGROUP_SIZE) == 0;
+        // A along k reads its rows' axis (rank - 1), else its columns' (rank - 2); B the other way round.
+        let qa =
+            (inside && whole(tile.bm)).then(|| quad_input(k, a.0, if a.1 { rank - 1 } else { rank - 2 })).flatten();
+        let qb =
+            (inside && whole(tile.bn)).then(|| quad_input(k, b.0, if b.1 { rank - 2 } else { rank - 1 })).flatten();
+        let reads = |input: usize| {
+            let of =
+                |i: &Instr| matches!(i, Instr::Load { input: n, .. } | Instr::Gather { input: n, .. } if *n == input);
+            k.body.iter().filter(|i| of(i)).count()
+        };
+        let alone = |q: Option<usize>, other: Option<usize>| {
+            q.filter(|&i| reads(i) == 1 + usize::from(other == Some(i)) && !k.aliases.iter().any(|a| a.0 == i))
+        };
+        Fetch { a: alone(qa, qb), b: alone(qb, qa) }
+    }
 }
 
 /// The input the operand computed by `body` reads, where it can be fetched 4 elements at a time along `axis`

@@ -210,8 +210,9 @@ fn f32_products_of_whole_column_quads_store_16_byte_vectors() {
         assert_eq!((mm.tile.tm * mm.tile.tn == 64, mm.quad), (m == 2048, quad), "{m} x {k}");
         // Only 2048 x 384 x 2048 is covered by its tiles exactly (and fetches without bounds checks).
         assert_eq!(mm.even, k == 384, "{m} x {k}");
-        // Plain f32 operands of an even product are fetched 16 bytes at a time.
+        // Plain f32 operands of an even product are fetched 16 bytes at a time, and then on the deep large tile.
         assert_eq!((mm.vec_a, mm.vec_b), (mm.even, mm.even), "{m} x {k}");
+        assert_eq!(mm.tile == crate::kernel::MatmulTiles::TUNED.deep, m == 2048 && mm.even, "{m} x {k}");
     }
 }
 
@@ -245,6 +246,8 @@ fn operands_of_even_products_are_fetched_as_aligned_quads() {
     let w = data(&mut g, &[64, 2048]);
     let p = g.add(Op::Matmul(a, w), Shape::from([2048, 2048]), DType::F32);
     assert_eq!(flags(&g, p), (false, true, vec![false, true]));
+    let Kind::Matmul(mm) = plan(&g, &[p], &FUSE).kernels[0].kind else { panic!("a product") };
+    assert_eq!(mm.tile, crate::kernel::MatmulTiles::TUNED.large, "one operand by quads: the 8-deep large tile");
     // An operand with a prologue (relu of A) is computed element by element.
     let mut g = Graph::default();
     let (x, w, _) = matmul(&mut g, 2048, 64, 2048);
