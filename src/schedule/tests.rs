@@ -216,6 +216,46 @@ fn f32_products_of_whole_column_quads_store_16_byte_vectors() {
     }
 }
 
+/// Every blocking `LAZOR_MATMUL_TILE` accepts gives valid WGSL on each fetch path: even or not, operands by quads
+/// or element by element, read along k or across it (the skeleton's unused path must still compile: a 64 x 64
+/// tile 4 steps deep stages one element a thread, too few for a quad).
+#[test]
+fn every_blocking_compiles_on_every_fetch_path() {
+    use crate::kernel::{Kind, MatmulTile};
+    for (tm, tn) in [(4, 4), (4, 8), (8, 4), (8, 8)] {
+        for bk in [4, 8, 16, 32] {
+            let tile = MatmulTile { bm: 16 * tm, bn: 16 * tn, bk, tm, tn };
+            for (m, k, n) in [(256, 256, 256), (250, 250, 250)] {
+                for transposed in [false, true] {
+                    let mut g = Graph::default();
+                    let (x, w, p) = matmul(&mut g, m, k, n);
+                    let out = if transposed {
+                        let xt = g.add(
+                            Op::View(View::contiguous(&Shape::from([m, k])).permute(&[1, 0]), x),
+                            Shape::from([k, m]),
+                            DType::F32,
+                        );
+                        let wt = g.add(
+                            Op::View(View::contiguous(&Shape::from([k, n])).permute(&[1, 0]), w),
+                            Shape::from([n, k]),
+                            DType::F32,
+                        );
+                        g.add(Op::Matmul(wt, xt), Shape::from([n, m]), DType::F32)
+                    } else {
+                        p
+                    };
+                    let plan = plan(&g, &[out], &Options { matmul_tile: Some(tile), ..FUSE });
+                    let k0 = &plan.kernels[0];
+                    let Kind::Matmul(mm) = k0.kind else { panic!("a product") };
+                    let quads = m == 256 && (tile.bm * bk) % 1024 == 0 && (tile.bn * bk) % 1024 == 0;
+                    assert_eq!((mm.even, mm.vec_a && mm.vec_b), (m == 256, quads), "{tile:?} {m}");
+                    crate::codegen::validate(&crate::codegen::generate(k0, &Default::default()));
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn operands_of_even_products_are_fetched_as_aligned_quads() {
     use crate::kernel::Kind;
