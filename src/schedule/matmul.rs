@@ -87,18 +87,15 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
         let fetch = Fetch::plan(&l.k, tile, even && thin.is_none(), (0..a_end, a_along_k), (a_end..b_end, b_along_k));
         (tile, even, fetch)
     };
+    let mut planned = plan(chosen);
     // The large tile 16 steps of k deep where both operands are fetched as quads (`MatmulTiles::deep`).
-    let (tile, even, fetch) = match plan(chosen) {
-        _ if chosen == tiles.large && forced.is_none() && tiles.deep != tiles.large => {
-            let deep = plan(tiles.deep);
-            if deep.2.a.is_some() && deep.2.b.is_some() {
-                deep
-            } else {
-                plan(chosen)
-            }
+    if chosen == tiles.large && forced.is_none() && tiles.deep != tiles.large {
+        let deep = plan(tiles.deep);
+        if deep.2.a.is_some() && deep.2.b.is_some() {
+            planned = deep;
         }
-        p => p,
-    };
+    }
+    let (tile, even, fetch) = planned;
     let quad = thin.is_none()
         && n % 4 == 0
         && l.k.out_types.iter().all(|&t| t == DType::F32)
