@@ -137,9 +137,11 @@ impl MatmulTile {
         m.div_ceil(self.bm as usize) * n.div_ceil(self.bn as usize)
     }
 
-    /// Bytes of workgroup memory the tiled kernel stages a step of k of both operands in (f32).
+    /// Bytes of workgroup memory the tiled kernel stages its slabs of both operands in (f32): `bk` lines of each,
+    /// padded by one vector (`SA`, `SB` in `kernels/matmul.wgsl`). The deep large tile's 16896 bytes are past
+    /// WebGPU's minimum of 16384, which the slabs alone would fit.
     pub fn workgroup_bytes(&self) -> u32 {
-        (self.bm + self.bn) * self.bk * 4
+        (self.bm + 4 + self.bn + 4) * self.bk * 4
     }
 }
 

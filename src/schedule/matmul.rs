@@ -304,5 +304,10 @@ mod tests {
         let tight = MatmulTiles::fitted(4096, 256);
         assert_eq!((tight.large, tight.tall, tight.wide), (tuned.small, tuned.small, tuned.small));
         assert!(tuned.small.workgroup_bytes() <= 16384 && tuned.large.workgroup_bytes() <= 16384);
+        // The deep large tile (16896 bytes) needs more than WebGPU's minimum of 16 KiB: there the large tile stays
+        // 8 deep, and where even that does not fit, neither is used.
+        assert_eq!(MatmulTiles::fitted(32768, 4).deep, tuned.deep);
+        assert_eq!(MatmulTiles::fitted(16384, 4).deep, tuned.large);
+        assert_eq!(tight.deep, tuned.small);
     }
 }
