@@ -480,15 +480,16 @@ fn thin_products_in_every_layout() {
 }
 
 /// Products whose tiles cover m, n and k exactly fetch their slabs without bounds checks (`Matmul::even`): the
-/// large tile (16 steps of k deep, and 8 for k = 40), the small, tall and wide tiles' multiples, batched, read
-/// through transposed and narrowed views, split along k, with an epilogue; beside each, the same product one past
-/// the tile on one axis (checked fetches).
+/// large tile (16 steps of k deep, storing vectors past k = 384 too, and 8 deep for k = 40), the small, tall and
+/// wide tiles' multiples, batched, read through transposed and narrowed views, split along k, with an epilogue;
+/// beside each, the same product one past the tile on one axis (checked fetches).
 #[test]
 fn products_whose_tiles_cover_them_exactly_match_the_reference() {
     let mut rng = Rng::new(77);
     for dev in devices() {
         for (batch, m, k, n) in [
             (1, 256, 64, 256),
+            (1, 256, 512, 256),
             (1, 256, 40, 256),
             (2, 128, 32, 128),
             (4, 64, 48, 128),

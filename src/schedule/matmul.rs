@@ -23,7 +23,9 @@ pub(crate) const THIN: usize = crate::kernel::THIN_SIDE;
 /// `[16384, 384] x [384, n]`) but long ones 2-4% slower (4096^3 33.3 -> 32.2 TFLOP/s; k = 1024-1536). Those
 /// threads sit at the driver's 128-register cap, which the epilogue's 4 columns at a time likely tighten for the
 /// main loop. `bench shapes` with the bound at 384 against always: 11.60 / 11.58 ms against 11.79 / 11.76
-/// (docs/matmul.md, "16-byte stores").
+/// (docs/matmul.md, "16-byte stores"). The deep large tile (quad fetches, 16 steps of k) stores vectors at any
+/// k: there the bound cost the long products, 10.57 / 10.60 ms against 10.38 / 10.27 with vectors always (the
+/// split-k weight gradients 6-8% faster, 4096^3 36.8 -> 37.5 TFLOP/s).
 const QUAD_MAX_K: usize = 384;
 
 /// The tile for a product of `batch` matrices of `m` x `n` outputs; `f16` when both operands are f16, which run on
@@ -88,18 +90,19 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
         (tile, even, fetch)
     };
     let mut planned = plan(chosen);
+    let mut deep = false;
     // The large tile 16 steps of k deep where both operands are fetched as quads (`MatmulTiles::deep`).
     if chosen == tiles.large && forced.is_none() && tiles.deep != tiles.large {
-        let deep = plan(tiles.deep);
-        if deep.2.a.is_some() && deep.2.b.is_some() {
-            planned = deep;
+        let deeper = plan(tiles.deep);
+        if deeper.2.a.is_some() && deeper.2.b.is_some() {
+            (planned, deep) = (deeper, true);
         }
     }
     let (tile, even, fetch) = planned;
     let quad = thin.is_none()
         && n % 4 == 0
         && l.k.out_types.iter().all(|&t| t == DType::F32)
-        && (tile.tm * tile.tn < 64 || k <= QUAD_MAX_K);
+        && (tile.tm * tile.tn < 64 || deep || k <= QUAD_MAX_K);
     for i in [fetch.a, fetch.b].into_iter().flatten() {
         l.k.inputs[i].1 = true;
     }

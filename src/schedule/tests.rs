@@ -200,16 +200,17 @@ fn f32_products_of_whole_column_quads_store_16_byte_vectors() {
     let zero = scalar(&mut g, 0.0);
     let mask = g.add(Op::Binary(BinaryOp::Gt, p, zero), Shape::from([70, 132]), DType::Bool);
     assert!(!quad_of(&g, &[p, mask]).0);
-    // 8 x 8 outputs per thread (the large tile: 2048^2 outputs make 256 of them) only up to QUAD_MAX_K; the
-    // small tile at any k.
-    for (m, k, quad) in [(2048, 384, true), (2048, 388, false), (70, 3000, true)] {
+    // 8 x 8 outputs per thread (the large tile: 2048^2 outputs make 256 of them) only up to QUAD_MAX_K, but the
+    // deep large tile (both operands fetched as quads, k a multiple of 16) and the small tile at any k.
+    for (m, k, quad) in [(2048, 384, true), (2048, 388, false), (2048, 512, true), (70, 3000, true)] {
         let mut g = Graph::default();
         let (_, _, p) = matmul(&mut g, m, k, m.max(132));
         let tile = plan(&g, &[p], &FUSE).kernels[0].kind;
         let Kind::Matmul(mm) = tile else { panic!("a product") };
         assert_eq!((mm.tile.tm * mm.tile.tn == 64, mm.quad), (m == 2048, quad), "{m} x {k}");
-        // Only 2048 x 384 x 2048 is covered by its tiles exactly (and fetches without bounds checks).
-        assert_eq!(mm.even, k == 384, "{m} x {k}");
+        // Only the 2048-square products with k a multiple of 16 are covered by their tiles exactly (and fetch
+        // without bounds checks).
+        assert_eq!(mm.even, m == 2048 && k % 16 == 0, "{m} x {k}");
         // Plain f32 operands of an even product are fetched 16 bytes at a time, and then on the deep large tile.
         assert_eq!((mm.vec_a, mm.vec_b), (mm.even, mm.even), "{m} x {k}");
         assert_eq!(mm.tile == crate::kernel::MatmulTiles::TUNED.deep, m == 2048 && mm.even, "{m} x {k}");
