@@ -235,18 +235,15 @@ fn quads(e: &mut Emitter, op: &Operand) {
     let [Instr::Load { input, view, .. }] = e.k.body[op.body.clone()] else {
         unreachable!("a quad operand is one load")
     };
-    let index = match view {
-        None => flat("x", "y"),
-        Some(v) => format!("u32({})", e.index(v.at, 0)),
-    };
+    // Through a view, the index comes from the coordinates; without one it is the row-major index, which
+    // `load_{a,b}` is handed as `i` (it has no `base` and `size` to compute it from).
+    let strided = view.map(|v| format!("u32({})", e.index(v.at, 0)));
     let coords = format!("let c{row} = i32(x);\n    let c{col} = i32(y);");
+    let index = strided.clone().unwrap_or_else(|| flat("x", "y"));
     e.line(0, &format!("fn load4_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> vec4<f32> {{"));
     e.line(1, &format!("{coords}\n    return i{input}[({index}) / 4u];"));
     e.line(0, "}");
-    let index = match view {
-        None => "i".to_string(),
-        Some(v) => format!("u32({})", e.index(v.at, 0)),
-    };
+    let index = strided.unwrap_or_else(|| "i".to_string());
     e.line(0, &format!("fn load_{name}(x: u32, y: u32, i: u32) -> f32 {{"));
     e.line(1, &format!("{coords}\n    let e = {index};\n    return i{input}[e / 4u][e % 4u];"));
     e.line(0, "}");
@@ -257,9 +254,10 @@ fn quads(e: &mut Emitter, op: &Operand) {
 fn scalar_quads(e: &mut Emitter, op: &Operand) {
     let name = op.name();
     let (_, _, flat) = op.extents();
-    let (xt, yt) = if op.along { ("x", "y + t") } else { ("x + t", "y") };
+    // Element t of the quad, along the operand's contiguous axis.
     let elem = |t: u32| {
-        let (xt, yt) = (xt.replace('t', &format!("{t}u")), yt.replace('t', &format!("{t}u")));
+        let (xt, yt) =
+            if op.along { ("x".to_string(), format!("y + {t}u")) } else { (format!("x + {t}u"), "y".to_string()) };
         format!("load_{name}({xt}, {yt}, {})", flat(&xt, &yt))
     };
     e.line(0, &format!("fn load4_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> vec4<f32> {{"));
