@@ -506,6 +506,7 @@ fn products_whose_tiles_cover_them_exactly_match_the_reference() {
                 let bt = rand(&dev, &mut rng, &[batch, n, k + 2]).narrow(2, 1, k).transpose(1, 2);
                 let bias = rand(&dev, &mut rng, &[n]);
                 check(&(at.matmul(&bt) + &bias).relu(), k, &format!("relu(a^T b^T + bias), {what}"));
+                assert_eq!(dispatches(&(at.matmul(&bt) + &bias).relu()), 1, "{what}: the epilogue is fused");
                 // Both operands from one buffer, as an attention's q k^T.
                 check(&a.matmul(&a.transpose(1, 2)), k, &format!("a a^T, {what}"));
             }
