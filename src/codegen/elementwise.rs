@@ -2,7 +2,7 @@
 //! strided loads, and concatenations as branches that only load the part they select.
 
 use super::emit::{index_at, Emitter, PITCH, STEP};
-use super::{lane_type, Target, WORKGROUP_SIZE};
+use super::{lane_type, param, Target, WORKGROUP_SIZE};
 use crate::kernel::{Kernel, TILE};
 use std::fmt::Write;
 
@@ -21,13 +21,14 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
 /// One thread per element (or per 4): coordinates from the thread's index.
 fn linear_main(e: &mut Emitter) {
     let k = e.k;
+    let n = param(0);
     let threads = match (k.width, k.dims_at) {
-        (4, None) => "(p[0] + 3u) / 4u",
-        (4, Some(_)) => "p[0] / 4u",
-        _ => "p[0]",
+        (4, None) => format!("({n} + 3u) / 4u"),
+        (4, Some(_)) => format!("{n} / 4u"),
+        _ => n,
     };
     if k.vectors == 2 {
-        return paired_main(e, threads);
+        return paired_main(e, &threads);
     }
     let _ = write!(
         e.out,
@@ -55,8 +56,8 @@ fn coords(e: &mut Emitter, depth: usize) {
             if d == 0 {
                 e.line(depth, "let c0 = i32(r);");
             } else {
-                e.line(depth, &format!("let c{d} = i32(r % p[{}]);", at + d));
-                e.line(depth, &format!("r = r / p[{}];", at + d));
+                e.line(depth, &format!("let c{d} = i32(r % {});", param(at + d)));
+                e.line(depth, &format!("r = r / {};", param(at + d)));
             }
         }
     }
@@ -112,7 +113,7 @@ fn tiled_main(e: &mut Emitter) {
     let k = e.k;
     let rank = k.shape.ndim();
     let at = k.dims_at.expect("tiled kernels use coordinates");
-    let (rows, cols) = (format!("p[{}]", at + rank - 2), format!("p[{}]", at + rank - 1));
+    let (rows, cols) = (param(at + rank - 2), param(at + rank - 1));
     let per = TILE / STEP;
     for (t, &(input, _)) in k.tiles.iter().enumerate() {
         let ty = lane_type(k.in_types[input], 1);
@@ -128,7 +129,7 @@ fn tiled_main(e: &mut Emitter) {
     e.line(1, &format!("let tiles_r = ({rows} + {}u) / {TILE}u;", TILE - 1));
     e.line(1, "let w = wid.x + wid.y * nwg.x;");
     // Uniform per workgroup, so returning keeps the barrier below in uniform control flow.
-    e.line(1, &format!("if (w >= tiles_c * tiles_r * (p[0] / ({rows} * {cols}))) {{ return; }}"));
+    e.line(1, &format!("if (w >= tiles_c * tiles_r * ({} / ({rows} * {cols}))) {{ return; }}", param(0)));
     e.line(1, &format!("let c0_ = (w % tiles_c) * {TILE}u;"));
     e.line(1, "var r = w / tiles_c;");
     e.line(1, &format!("let r0_ = (r % tiles_r) * {TILE}u;"));
@@ -137,8 +138,8 @@ fn tiled_main(e: &mut Emitter) {
         if d == 0 {
             e.line(1, "let c0 = i32(r);");
         } else {
-            e.line(1, &format!("let c{d} = i32(r % p[{}]);", at + d));
-            e.line(1, &format!("r = r / p[{}];", at + d));
+            e.line(1, &format!("let c{d} = i32(r % {});", param(at + d)));
+            e.line(1, &format!("r = r / {};", param(at + d)));
         }
     }
     e.line(1, &format!("let tx = lid.x % {TILE}u;"));
@@ -164,11 +165,11 @@ fn tiled_main(e: &mut Emitter) {
     e.line(1, "}");
     e.line(1, "workgroupBarrier();");
     let mut idx = String::from("col");
-    let mut stride = format!("p[{}]", at + rank - 1);
+    let mut stride = param(at + rank - 1);
     for d in (0..rank - 1).rev() {
         let c = if d + 2 == rank { "row".to_string() } else { format!("u32(c{d})") };
         idx = format!("{idx} + {c} * {stride}");
-        stride = format!("{stride} * p[{}]", at + d);
+        stride = format!("{stride} * {}", param(at + d));
     }
     for checked in [false, true] {
         e.line(1, if checked { "} else {" } else { "if (full) {" });

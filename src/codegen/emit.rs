@@ -1,7 +1,7 @@
 //! The emitter every kernel kind writes WGSL with: bindings by element type, loads through views, an SSA body
 //! spelled from the kernel IR, tiles in workgroup memory, concatenations as branches.
 
-use super::{lane_type, Builder, Target, WORKGROUP_SIZE};
+use super::{lane_type, param, Builder, Target, WORKGROUP_SIZE};
 use crate::dtype::DType;
 use crate::hash::FastMap;
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase, TILE};
@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 /// An `i32` parameter.
 fn pi(k: usize) -> String {
-    format!("bitcast<i32>(p[{k}])")
+    format!("bitcast<i32>({})", param(k))
 }
 
 /// The element index of the view whose parameters start at `at`, at the coordinates named `names`.
@@ -276,9 +276,9 @@ impl Emitter<'_> {
             Instr::Scalar(k) => {
                 let one = lane_type(dt, 1);
                 if wide {
-                    format!("{ty}(bitcast<{one}>(p[{k}]))")
+                    format!("{ty}(bitcast<{one}>({}))", param(*k))
                 } else {
-                    format!("bitcast<{one}>(p[{k}])")
+                    format!("bitcast<{one}>({})", param(*k))
                 }
             }
             Instr::Unary(op, a) => self.b.unary(*op, dt, &format!("t{a}")),

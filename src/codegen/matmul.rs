@@ -4,7 +4,7 @@
 
 use super::emit::Emitter;
 use super::matmul_stores::{store_functions, stores};
-use super::Target;
+use super::{param, Target};
 use crate::dtype::DType;
 use crate::kernel::{Access, Instr, Kernel, Kind, Matmul, ViewRef};
 use std::fmt::Write;
@@ -127,14 +127,19 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     }
     e.line(
         0,
-        &format!("fn sizes() -> vec3<u32> {{ return vec3<u32>(p[{}], p[{}], p[{}]); }}", at + row, at + col, mm.k_at),
+        &format!(
+            "fn sizes() -> vec3<u32> {{ return vec3<u32>({}, {}, {}); }}",
+            param(at + row),
+            param(at + col),
+            param(mm.k_at)
+        ),
     );
-    e.line(0, &format!("fn batches() -> u32 {{ return p[0] / (p[{}] * p[{}]); }}", at + row, at + col));
+    e.line(0, &format!("fn batches() -> u32 {{ return {} / ({} * {}); }}", param(0), param(at + row), param(at + col)));
     e.line(0, "fn set_batch(b: u32) {");
     e.line(1, "var q = b;");
     for d in (0..row).rev() {
-        e.line(1, &format!("c{d} = i32(q % p[{}]);", at + d));
-        e.line(1, &format!("q = q / p[{}];", at + d));
+        e.line(1, &format!("c{d} = i32(q % {});", param(at + d)));
+        e.line(1, &format!("q = q / {};", param(at + d)));
     }
     e.line(0, "}");
 

@@ -36,6 +36,22 @@ pub(crate) fn lane_type(dt: DType, width: usize) -> &'static str {
     }
 }
 
+/// The most 16-byte rows a parameter block binds as a uniform buffer: 16 KiB, the least any adapter wgpu supports
+/// allows. A longer block (a kernel fused past `LAZOR_MAX_FUSED_OPS`'s default) binds as a storage buffer.
+const UNIFORM_PARAM_ROWS: usize = 1024;
+
+/// The 16-byte rows a parameter block of `words` words is bound as (at least one).
+pub(crate) fn param_vecs(words: usize) -> usize {
+    words.div_ceil(4).max(1)
+}
+
+/// Parameter word `k`, four to a row: a uniform buffer's arrays have a 16-byte stride. A uniform lets a driver
+/// read each word from its constant cache as an operand of the instruction that uses it, where a storage
+/// buffer's word is a load (or a register held across the kernel).
+pub(crate) fn param(k: usize) -> String {
+    format!("p[{}].{}", k / 4, ["x", "y", "z", "w"][k % 4])
+}
+
 /// What every kernel kind shares: the binding declarations, the helpers in use, and op spellings at one width.
 pub(crate) struct Builder {
     /// Elements per value: 1 (`f32`) or 4 (`vec4<f32>`).
@@ -76,10 +92,12 @@ impl Builder {
         lane_type(dt, self.width)
     }
 
-    /// Binding 0: the parameter block, a fixed-size array. Every index into it is a constant, so no bounds check
-    /// (and no branch) is emitted.
+    /// Binding 0: the parameter block of `words` words, read as [`param`] spells them. Every index into it is a
+    /// constant, so no bounds check (and no branch) is emitted.
     pub fn params(&mut self, words: usize) {
-        let _ = writeln!(self.decls, "@group(0) @binding(0) var<storage, read> p: array<u32, {}>;", words.max(1));
+        let rows = param_vecs(words);
+        let space = if rows <= UNIFORM_PARAM_ROWS { "uniform" } else { "storage, read" };
+        let _ = writeln!(self.decls, "@group(0) @binding(0) var<{space}> p: array<vec4<u32>, {rows}>;");
     }
 
     /// A storage binding `name` of elements `elem` (a WGSL type).
@@ -378,6 +396,25 @@ mod tests {
             validate(&scalar);
             assert!(!scalar.contains("rc0"), "{scalar}");
         }
+    }
+
+    #[test]
+    fn parameters_are_a_uniform_block_unless_too_long_for_one() {
+        let mut g = Graph::default();
+        let x = data(&mut g, &[3, 5]);
+        let y = un(&mut g, UnaryOp::Exp, x);
+        let mut k = plan(&g, &[y], &Options::TEST).kernels[0].clone();
+        let src = generate(&k, &Target::default());
+        validate(&src);
+        let rows = param_vecs(k.params.len());
+        assert!(src.contains(&format!("var<uniform> p: array<vec4<u32>, {rows}>;")), "{src}");
+        assert!(src.contains(&param(0)) && !src.contains("p[0]]"), "{src}");
+        // A block past 16 KiB (a kernel fused past the default op bound) is bound as storage, read the same way.
+        k.params.resize(4 * UNIFORM_PARAM_ROWS + 1, 0);
+        let src = generate(&k, &Target::default());
+        validate(&src);
+        let rows = UNIFORM_PARAM_ROWS + 1;
+        assert!(src.contains(&format!("var<storage, read> p: array<vec4<u32>, {rows}>;")), "{src}");
     }
 
     #[test]

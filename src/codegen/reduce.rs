@@ -8,7 +8,7 @@
 //! Either way the order is fixed by the sizes alone: the same input gives the same bits on every run.
 
 use super::emit::Emitter;
-use super::{lane_type, Target, WORKGROUP_SIZE};
+use super::{lane_type, param, Target, WORKGROUP_SIZE};
 use crate::dtype::DType;
 use crate::kernel::{Kernel, Kind};
 use crate::op::ReduceOp;
@@ -21,40 +21,40 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let rank = k.shape.ndim();
     let at = k.dims_at.expect("reduce kernels have coordinates");
     let dt = k.types[r.value];
-    let dim = |d: usize| format!("p[{}]", at + d);
+    let dim = |d: usize| param(at + d);
     let wg = WORKGROUP_SIZE;
     let subgroups = target.subgroups && r.rows;
     main_header(&mut e, r.rows || r.column_team, subgroups);
     e.line(1, "let w = wid.x + wid.y * nwg.x;");
-    e.line(1, &format!("let chunks = p[{}];", r.chunks_at));
+    e.line(1, &format!("let chunks = {};", param(r.chunks_at)));
     if r.rows {
         // A team of threads per (output, chunk), `256 / team` of them per workgroup.
-        e.line(1, &format!("let team = p[{}];", r.team_at));
+        e.line(1, &format!("let team = {};", param(r.team_at)));
         e.line(1, "let lane_t = lid.x % team;");
         e.line(1, &format!("let first = w * ({wg}u / team);"));
         // Uniform per workgroup: the barriers below stay in uniform control flow.
-        e.line(1, "if (first >= p[0] * chunks) { return; }");
+        e.line(1, &format!("if (first >= {} * chunks) {{ return; }}", param(0)));
         e.line(1, "let job = first + lid.x / team;");
-        e.line(1, "let valid = job < p[0] * chunks;");
+        e.line(1, &format!("let valid = job < {} * chunks;", param(0)));
         e.line(1, "let o = job / chunks;");
         e.line(1, "let j = job % chunks;");
     } else if r.column_team {
         // `per` outputs a workgroup, a team of `team` threads each, thread `sub` of a team `per` threads on.
-        e.line(1, &format!("let team = p[{}];", r.team_at));
+        e.line(1, &format!("let team = {};", param(r.team_at)));
         e.line(1, &format!("let per = {wg}u / team;"));
-        e.line(1, "let groups = (p[0] + per - 1u) / per;");
+        e.line(1, &format!("let groups = ({} + per - 1u) / per;", param(0)));
         // Uniform per workgroup: the barriers below stay in uniform control flow.
         e.line(1, "if (w >= groups * chunks) { return; }");
         e.line(1, "let sub = lid.x / per;");
         e.line(1, "let o = (w % groups) * per + lid.x % per;");
         e.line(1, "let j = w / groups;");
-        e.line(1, "let valid = o < p[0];");
+        e.line(1, &format!("let valid = o < {};", param(0)));
     } else {
-        e.line(1, &format!("let groups = (p[0] + {}u) / {wg}u;", wg - 1));
+        e.line(1, &format!("let groups = ({} + {}u) / {wg}u;", param(0), wg - 1));
         e.line(1, "if (w >= groups * chunks) { return; }");
         e.line(1, &format!("let o = (w % groups) * {wg}u + lid.x;"));
         e.line(1, "let j = w / groups;");
-        e.line(1, "if (o >= p[0]) { return; }");
+        e.line(1, &format!("if (o >= {}) {{ return; }}", param(0)));
     }
     output_coords(&mut e, r.axis);
     e.line(1, &format!("let n = {};", dim(r.axis)));
@@ -138,8 +138,8 @@ pub(super) fn output_coords(e: &mut Emitter, axis: usize) {
     let at = e.k.dims_at.expect("folds have coordinates");
     e.line(1, "var q = o;");
     for d in (0..e.k.shape.ndim()).rev().filter(|&d| d != axis) {
-        e.line(1, &format!("let c{d} = i32(q % p[{}]);", at + d));
-        e.line(1, &format!("q = q / p[{}];", at + d));
+        e.line(1, &format!("let c{d} = i32(q % {});", param(at + d)));
+        e.line(1, &format!("q = q / {};", param(at + d)));
     }
 }
 
@@ -376,7 +376,7 @@ pub(super) fn own_index(e: &mut Emitter, axis: usize, at: &str, depth: usize) {
     let dims_at = e.k.dims_at.expect("folds and rows have coordinates");
     let first = if e.wide { format!("4u * ({at})") } else { at.to_string() };
     e.line(depth, &format!("let c{axis} = i32({first});"));
-    let ix = row_major(rank, &|d| format!("p[{}]", dims_at + d), |d| format!("u32(c{d})"));
+    let ix = row_major(rank, &|d| param(dims_at + d), |d| format!("u32(c{d})"));
     let ix = if e.wide { format!("({ix}) / 4u") } else { ix };
     e.line(depth, &format!("let i = {ix};"));
 }

@@ -2,7 +2,7 @@
 
 use super::emit::Emitter;
 use super::reduce::{accumulate, main_header, output_coords, own_index, tree, Fold, UNROLL};
-use super::{lane_type, Target, WORKGROUP_SIZE};
+use super::{lane_type, param, Target, WORKGROUP_SIZE};
 use crate::kernel::{Instr, Kernel, Kind, Phase};
 
 // A fold phase folds its element over the row (threads striding, then a tree) and hands the result to every
@@ -16,18 +16,18 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Rows { axis, team_at, online } = k.kind else { unreachable!("a rows kernel") };
     let mut e = Emitter::new(k, target);
     let at = k.dims_at.expect("rows kernels have coordinates");
-    let dim = |d: usize| format!("p[{}]", at + d);
+    let dim = |d: usize| param(at + d);
     let wg = WORKGROUP_SIZE;
     main_header(&mut e, true, target.subgroups);
     // A team of threads per row, `256 / team` rows per workgroup.
-    e.line(1, &format!("let team = p[{team_at}];"));
+    e.line(1, &format!("let team = {};", param(team_at)));
     e.line(1, "let lane_t = lid.x % team;");
     e.line(1, &format!("let first = (wid.x + wid.y * nwg.x) * ({wg}u / team);"));
     // Uniform per workgroup: the barriers below stay in uniform control flow.
-    e.line(1, "if (first >= p[0]) { return; }");
+    e.line(1, &format!("if (first >= {}) {{ return; }}", param(0)));
     e.line(1, "let o = first + lid.x / team;");
     // A team past the last row computes nothing but still meets its workgroup's barriers.
-    e.line(1, "let valid = o < p[0];");
+    e.line(1, &format!("let valid = o < {};", param(0)));
     output_coords(&mut e, axis);
     e.line(1, &format!("let n = select(0u, {}, valid);", dim(axis)));
     // Inputs read at the kernel's own index, with the type of their values.

@@ -65,16 +65,19 @@ impl WgpuBackend {
             };
             compiled.push(p);
         }
-        // All kernels' parameters in one buffer, each at an aligned offset.
-        let align = gpu.limits.min_storage_buffer_offset_alignment as u64;
+        // All kernels' parameters in one buffer, each at an aligned offset and bound whole 16-byte rows, as the
+        // array of rows the shader declares (`codegen::param_vecs`).
+        let align = gpu.limits.min_uniform_buffer_offset_alignment.max(gpu.limits.min_storage_buffer_offset_alignment);
         let mut params: Vec<u32> = Vec::new();
         let mut param_at = Vec::with_capacity(job.kernels.len());
         for k in job.kernels {
-            while (params.len() as u64 * 4) % align != 0 {
+            while (params.len() as u64 * 4) % align as u64 != 0 {
                 params.push(0);
             }
-            param_at.push((params.len() as u64 * 4, k.params.len() as u64 * 4));
+            let (start, rows) = (params.len(), codegen::param_vecs(k.params.len()));
+            param_at.push((start as u64 * 4, rows as u64 * 16));
             params.extend_from_slice(&k.params);
+            params.resize(start + rows * 4, 0);
         }
         // `queue.write_buffer` lands before the next submit's commands, so it would overtake held-back realizes
         // that read the buffer it overwrites. Uploads may go into a pooled buffer such a realize released: those

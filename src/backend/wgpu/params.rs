@@ -61,7 +61,8 @@ impl Params {
                 let buffer = device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("lazor params"),
                     size,
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    // Uniform for most kernels, storage for one with a long block (`codegen::param_vecs`).
+                    usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                     mapped_at_creation: false,
                 });
                 // Dropped, not destroyed: submitted kernels may still read it; wgpu frees it after them.
