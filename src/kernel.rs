@@ -35,6 +35,9 @@ pub enum Kind {
     Matmul(Matmul),
 }
 
+/// Steps of k the tensor-core kernel (`kernels/matmul_coop.wgsl`) stages per slab.
+pub const COOP_BK: u32 = 32;
+
 /// How a matmul kernel reads and tiles. Instructions `..a_end` compute operand A at coordinates `[..., row, k]`
 /// (its value in `a`), `a_end..b_end` operand B at `[..., k, col]` (value `b`), and the rest is the epilogue at
 /// `[..., row, col]`, where [`Instr::Reduced`] is the product. All three index the kernel's rank.
@@ -64,6 +67,12 @@ pub struct Matmul {
     /// elements 16-byte aligned. Its input is then bound as `vec4<f32>`.
     pub vec_a: bool,
     pub vec_b: bool,
+    /// Whether A (B), where the product runs on tensor cores, is fetched in whole 16-byte octets of 8 halves with no
+    /// check at run time: m, n and k are multiples of BM, BN and [`COOP_BK`], and the operand is one load of an f16
+    /// input with stride 1 along its slab lines and every other stride and its offset a multiple of 8. Other
+    /// kernels ignore it.
+    pub octets_a: bool,
+    pub octets_b: bool,
 }
 
 /// A thin product's layout: each thread holds a sum per output of the narrow side (at most [`THIN_SIDE`]) in

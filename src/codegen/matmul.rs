@@ -6,15 +6,12 @@ use super::emit::Emitter;
 use super::matmul_stores::{store_functions, stores};
 use super::{param, Target};
 use crate::dtype::DType;
-use crate::kernel::{Access, Instr, Kernel, Kind, Matmul, ViewRef};
+use crate::kernel::{Access, Instr, Kernel, Kind, Matmul, ViewRef, COOP_BK};
 use std::fmt::Write;
 
 const SKELETON: &str = include_str!("../../kernels/matmul.wgsl");
 const COOP_SKELETON: &str = include_str!("../../kernels/matmul_coop.wgsl");
 const THIN_SKELETON: &str = include_str!("../../kernels/matmul_thin.wgsl");
-
-/// Steps of k staged per barrier by the tensor-core kernel.
-const COOP_BK: u32 = 32;
 
 /// How the tensor-core kernel lays its 8 subgroups over a `bm x bn` block: `(sgn, fm, fn)`, subgroups along n and
 /// 16 x 16 fragments per subgroup along m and n, the most square split. `None` when the block does not split into
@@ -72,8 +69,14 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Matmul(mm) = k.kind else { unreachable!("a matmul kernel") };
     let t = mm.tile;
     let layout = if mm.thin.is_none() && uses_coop(k, &mm, target) { coop_layout(t.bm, t.bn) } else { None };
-    let operands = [(true, 0..mm.a_end, mm.a, mm.a_along_k), (false, mm.a_end..mm.b_end, mm.b, !mm.b_along_k)]
-        .map(|(a, body, value, along)| Operand { direct: layout.and(direct(k, body.clone())), a, body, value, along });
+    let operands = [
+        (true, 0..mm.a_end, mm.a, mm.a_along_k, mm.octets_a),
+        (false, mm.a_end..mm.b_end, mm.b, !mm.b_along_k, mm.octets_b),
+    ]
+    .map(|(a, body, value, along, whole)| {
+        let direct = layout.and(direct(k, body.clone()));
+        Operand { whole: whole && direct.is_some(), direct, a, body, value, along }
+    });
     let octet_inputs: Vec<usize> = operands.iter().filter_map(|o| o.direct.map(|d| d.0)).collect();
     let mut e = Emitter::with_octets(k, target, &octet_inputs);
     let rank = k.shape.ndim();
@@ -183,6 +186,8 @@ struct Operand {
     along: bool,
     /// The input it reads as it is, on the tensor-core path ([`direct`]).
     direct: Option<(usize, Option<ViewRef>)>,
+    /// Whether that input's every octet is whole and aligned ([`Matmul::octets_a`]): one load, no checks.
+    whole: bool,
 }
 
 impl Operand {
@@ -296,6 +301,11 @@ fn octets(e: &mut Emitter, op: &Operand) {
                 ("x + 1u", "y", format!("x + 8u <= {ex} && y < {ey}"))
             };
             e.line(0, &format!("fn octet_{name}(x: u32, y: u32, base: u32, size: vec3<u32>) -> vec4<u32> {{"));
+            if op.whole {
+                e.line(1, &format!("return i{input}[index_{name}(x, y, base, size) / 8u];"));
+                e.line(0, "}");
+                return;
+            }
             e.line(1, &format!("let e0 = index_{name}(x, y, base, size);"));
             let contiguous = format!("index_{name}({next_x}, {next_y}, base, size) == e0 + 1u");
             e.line(1, &format!("if ({whole} && e0 % 8u == 0u && {contiguous}) {{ return i{input}[e0 / 8u]; }}"));
@@ -424,6 +434,11 @@ mod tests {
                 assert!(src.starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"));
                 assert!(src.contains("coopMultiplyAdd(") && src.contains("fn store("));
                 validate(&src);
+                // Whole blocks of plain operands fetch each octet with one unchecked load, either layout; the
+                // other shapes check every octet at run time.
+                let whole = m == 4096;
+                assert_eq!((mm.octets_a, mm.octets_b), (whole, whole), "{m}x{k}x{n} {ta} {tb}");
+                assert_eq!(src.contains("== e0 + 1u"), !whole, "{src}");
                 // Without cooperative matrices the same kernel is the tiled one.
                 let tiled = generate(&kernel, &Target { coop: false, ..coop });
                 assert!(!tiled.contains("coop"));

@@ -107,6 +107,13 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
         l.k.inputs[i].1 = true;
     }
     let (vec_a, vec_b) = (fetch.a.is_some(), fetch.b.is_some());
+    // The tensor-core kernel's octets (`Matmul::octets_a`), should the backend run this product there.
+    let coop_even = f16 && thin.is_none() && m % tile.bm as usize == 0 && n % tile.bn as usize == 0;
+    let coop_even = coop_even && k % crate::kernel::COOP_BK as usize == 0;
+    let octets =
+        |body: std::ops::Range<usize>, axis: usize| coop_even && wide_input(&l.k, body, axis, DType::F16, 8).is_some();
+    let octets_a = octets(0..a_end, if a_along_k { r - 1 } else { r - 2 });
+    let octets_b = octets(a_end..b_end, if b_along_k { r - 2 } else { r - 1 });
     l.k.kind = Kind::Matmul(Matmul {
         a: va,
         a_end,
@@ -121,6 +128,8 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
         even,
         vec_a,
         vec_b,
+        octets_a,
+        octets_b,
     });
     Ok(vec![l.k])
 }
@@ -189,19 +198,26 @@ impl Fetch {
 }
 
 /// The input the operand computed by `body` reads, where it can be fetched 4 elements at a time along `axis`
-/// ([`Matmul::vec_a`]): one load of an f32 input with stride 1 along `axis` and every other stride and its offset a
-/// multiple of 4 (a row-major read's pitch is the product's k or n, a multiple of the tile in an even product).
+/// ([`Matmul::vec_a`]).
 fn quad_input(k: &Kernel, body: std::ops::Range<usize>, axis: usize) -> Option<usize> {
+    wide_input(k, body, axis, DType::F32, 4)
+}
+
+/// The input the operand computed by `body` reads, where it can be fetched `lanes` elements (16 bytes) at a time
+/// along `axis`: one load of a `dt` input with stride 1 along `axis` and every other stride and its offset a
+/// multiple of `lanes` (a row-major read's pitch is the product's k or n, a multiple of the tile in an even
+/// product).
+fn wide_input(k: &Kernel, body: std::ops::Range<usize>, axis: usize, dt: DType, lanes: i32) -> Option<usize> {
     let [Instr::Load { input, view, .. }] = k.body[body] else { return None };
     let rank = k.shape.ndim();
     let aligned = match view {
         None => axis + 1 == rank,
         Some(v) => {
             let p = |i: usize| k.params[v.at + i] as i32;
-            v.frame == 0 && p(axis) == 1 && (0..=rank).all(|d| d == axis || p(d) % 4 == 0)
+            v.frame == 0 && p(axis) == 1 && (0..=rank).all(|d| d == axis || p(d) % lanes == 0)
         }
     };
-    (aligned && k.in_types[input] == DType::F32).then_some(input)
+    (aligned && k.in_types[input] == dt).then_some(input)
 }
 
 /// Whether the loads among `body` are contiguous along axis `k` rather than `other`, judged by the first strided
