@@ -8,6 +8,7 @@
 use crate::dtype::DType;
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::shape::Shape;
+use smallvec::{smallvec, SmallVec};
 
 /// What kind of kernel this is. Each kind has its own codegen template.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -338,6 +339,21 @@ pub enum Instr {
         axis: usize,
         parts: Vec<CatPart>,
     },
+}
+
+impl Instr {
+    /// The instructions it reads, each once (a concatenation's parts are read inside it, so not here).
+    pub fn operands(&self) -> SmallVec<[usize; 3]> {
+        let mut v: SmallVec<[usize; 3]> = match self {
+            Instr::Unary(_, a) | Instr::Cast(a) => smallvec![*a],
+            Instr::Binary(_, a, b) | Instr::Gather { base: a, index: b, .. } => smallvec![*a, *b],
+            Instr::Random(_, c, a, b) | Instr::Select(c, a, b) => smallvec![*c, *a, *b],
+            _ => SmallVec::new(),
+        };
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
 }
 
 /// A kernel: an iteration shape, buffers by slot, a body and its parameters.

@@ -201,6 +201,36 @@ fn masked_fill_broadcasts_the_mask_and_keeps_the_type() {
     }
 }
 
+/// An attention's masked softmax: its mask and scale, which each of the softmax's three passes reads, are computed
+/// once per element where the row is held in registers (rows of up to 1024 f32), and the answer is the same
+/// either way.
+#[test]
+fn a_causally_masked_softmax_is_one_kernel_at_rows_held_in_registers_and_past_them() {
+    for dev in devices() {
+        let mut rng = Rng::new(5);
+        for t in [8, 256, 260, 2048] {
+            let dims = [3, t, t];
+            let (v, x) = stored(&dev, &mut rng, &dims);
+            let future = Tensor::ones_on([t, t], &dev).triu(1).ne(0.0);
+            let scale = 0.125;
+            let y = (&x * scale).masked_fill(&future, f32::NEG_INFINITY).softmax(-1);
+            let mut want = vec![0.0f32; v.len()];
+            for (r, row) in v.chunks(t).enumerate() {
+                let i = r % t;
+                let s: Vec<f64> = row[..=i].iter().map(|&a| (a * scale) as f64).collect();
+                let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sum: f64 = s.iter().map(|a| (a - max).exp()).sum();
+                for j in 0..=i {
+                    want[r * t + j] = ((s[j] - max).exp() / sum) as f32;
+                }
+            }
+            let mut got = Vec::new();
+            assert_eq!(kernels(&dev, || got = y.to_vec()), 1, "rows of {t}");
+            assert_close(&got, &want, 1e-5, 1e-6, &format!("masked softmax, rows of {t}, on {}", dev.name()));
+        }
+    }
+}
+
 #[test]
 fn pad_matches_loops_and_stores_no_constant() {
     for dev in devices() {

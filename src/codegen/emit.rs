@@ -44,6 +44,11 @@ pub(super) struct Emitter<'a> {
     /// In a rows kernel's cached path: the slot of the row's values that loads at the kernel's own index read
     /// (`rc{input}[slot]`) instead of memory.
     pub cache: Option<usize>,
+    /// In a rows kernel's cached path: instructions whose value is one computed ahead of the phases and kept per
+    /// slot (`rv{first}[slot]`, `first` the instruction that computed it), where `cache` is set.
+    pub row_values: FastMap<usize, usize>,
+    /// In a rows kernel's cached path: instructions nothing reads once `row_values` are read from registers.
+    pub dead: Vec<bool>,
     /// Instructions emitted once ahead of a loop over a row ([`Emitter::hoisted`]): `range` leaves them out.
     hoisted: Vec<bool>,
 }
@@ -231,11 +236,16 @@ impl Emitter<'_> {
         index_at(self.k.shape.ndim(), at, &names)
     }
 
-    fn instr(&mut self, n: usize, depth: usize) {
+    pub(super) fn instr(&mut self, n: usize, depth: usize) {
         let wide = self.wide;
         let dt = self.k.types[n];
         let ty = self.b.ty(dt);
+        let kept = self.cache.and_then(|slot| self.row_values.get(&n).map(|first| (slot, *first)));
         let rhs = match &self.k.body[n] {
+            _ if kept.is_some() => {
+                let (slot, first) = kept.expect("checked");
+                format!("rv{first}[{slot}]")
+            }
             Instr::Load { access: Access::Tile(t), .. } => format!("tile{t}[tx * {PITCH}u + ty + {STEP}u * k]"),
             Instr::Load { input, view: None, .. } => match self.cache {
                 Some(slot) => format!("rc{input}[{slot}]"),
@@ -355,7 +365,8 @@ impl Emitter<'_> {
         let mut i = r.start;
         while i < r.end {
             let cat = self.cat_starts.get(&i).and_then(|qs| qs.iter().copied().filter(|&q| q < r.end).max());
-            if cat.is_none() && self.hoisted[i] {
+            let dead = self.cache.is_some() && self.dead.get(i).copied().unwrap_or(false);
+            if cat.is_none() && (self.hoisted[i] || dead) {
                 i += 1;
                 continue;
             }
@@ -449,6 +460,8 @@ impl<'a> Emitter<'a> {
             target: *target,
             wide_out,
             cache: None,
+            row_values: FastMap::default(),
+            dead: Vec::new(),
             hoisted: vec![false; k.body.len()],
         };
         e.b.params(k.params.len());

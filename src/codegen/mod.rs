@@ -368,10 +368,14 @@ mod tests {
     use crate::op::{BinaryOp, ReduceOp, UnaryOp};
     use crate::schedule::{plan, Options};
 
-    /// The softmax kernel of `[8, cols]`, generated for `target`.
-    fn softmax_wgsl(cols: usize, target: &Target) -> String {
+    /// The softmax kernel of `[8, cols]` (scaled by 0.125 first with `scaled`), generated for `target`.
+    fn softmax_wgsl(cols: usize, scaled: bool, target: &Target) -> String {
         let mut g = Graph::default();
-        let x = data(&mut g, &[8, cols]);
+        let mut x = data(&mut g, &[8, cols]);
+        if scaled {
+            let c = crate::graph::build::scalar(&mut g, 0.125);
+            x = bin(&mut g, BinaryOp::Mul, x, c);
+        }
         let m = fold(&mut g, ReduceOp::Max, x, 1);
         let d = bin(&mut g, BinaryOp::Sub, x, m);
         let e = un(&mut g, UnaryOp::Exp, d);
@@ -385,17 +389,32 @@ mod tests {
     fn wide_rows_kernels_hold_the_row_in_registers_when_it_fits() {
         for subgroups in [false, true] {
             let target = Target { subgroups, f16: false, coop: false };
-            let wide = softmax_wgsl(256, &target);
+            let wide = softmax_wgsl(256, false, &target);
             validate(&wide);
             assert!(wide.contains("var rc0: array<vec4<f32>, 4>;"), "{wide}");
             // The cached path (before the top-level `else`) reads memory only to fill the registers.
             let (cached, streamed) = wide.split_once("\n    } else {\n").expect("two paths");
             assert_eq!(cached.matches("i0[").count(), 4, "{wide}");
             assert!(streamed.matches("i0[").count() >= 3, "{wide}");
-            let scalar = softmax_wgsl(258, &target);
+            let scalar = softmax_wgsl(258, false, &target);
             validate(&scalar);
             assert!(!scalar.contains("rc0"), "{scalar}");
         }
+    }
+
+    #[test]
+    fn a_value_every_phase_computes_is_kept_with_the_row() {
+        // softmax(x * 0.125): each of the three passes scales the row.
+        let src = softmax_wgsl(256, true, &Target::default());
+        validate(&src);
+        assert_eq!(src.matches("var rv").count(), 1, "{src}");
+        let (cached, streamed) = src.split_once("\n    } else {\n").expect("two paths");
+        // Computed once per slot ahead of the phases, read by each of the three, recomputed by none.
+        assert_eq!(cached.matches(" = rv").count(), 3 * reduce::UNROLL, "{cached}");
+        let products = cached.lines().filter(|l| l.trim_start().starts_with("let t") && l.contains(" * t")).count();
+        assert_eq!(products, reduce::UNROLL, "{cached}");
+        // The streamed path (a row past the registers) is as before: each pass scales.
+        assert!(!streamed.contains("rv"), "{streamed}");
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub(super) struct Lowerer<'a> {
     slot: &'a mut dyn FnMut(NodeId) -> usize,
     cache: FastMap<(NodeId, Mapping), usize>,
     views: FastMap<(View, usize), usize>,
+    /// The parameter holding each constant node: one per node, however often it is lowered, so that a rows
+    /// kernel's phases computing the same value spell it alike (`codegen::rows`, values kept with the row).
+    consts: FastMap<NodeId, usize>,
     /// In a rows kernel: its folds lowered so far (by phase), the axis of its rows, and the member being lowered.
     pub folds: FastMap<NodeId, usize>,
     pub row_axis: Option<usize>,
@@ -64,6 +67,7 @@ impl<'a> Lowerer<'a> {
             slot,
             cache: FastMap::default(),
             views: FastMap::default(),
+            consts: FastMap::default(),
             folds: FastMap::default(),
             row_axis: None,
             current: None,
@@ -238,11 +242,16 @@ impl<'a> Lowerer<'a> {
             self.load(id, m)
         } else {
             match &node.op {
-                Op::Const(c) => {
-                    let v = self.constant(*c, dt);
-                    self.k.consts.push((self.k.params.len() - 1, id));
-                    v
-                }
+                Op::Const(c) => match self.consts.get(&id) {
+                    Some(&at) => self.push(Instr::Scalar(at), dt),
+                    None => {
+                        let v = self.constant(*c, dt);
+                        let at = self.k.params.len() - 1;
+                        self.k.consts.push((at, id));
+                        self.consts.insert(id, at);
+                        v
+                    }
+                },
                 Op::Arange => {
                     let view = self.view_of(m);
                     self.push(Instr::Index { view }, dt)

@@ -4,7 +4,6 @@
 //! element than a plain read.
 
 use super::eval::{eval, param, Batch, Ctx, Own, Regs};
-use super::regs::operands;
 use super::runs::Run;
 use crate::kernel::{CatPart, Instr};
 use std::ops::Range;
@@ -186,7 +185,7 @@ fn split(ctx: &Ctx, part: &CatPart, axis: usize, range: Range<i64>, batch: &Batc
 fn narrow(ctx: &Ctx, part: &CatPart, regs: &Regs, n: usize, s: &mut Scratch) {
     s.reads.clear();
     for instr in &ctx.k.body[part.body.clone()] {
-        s.reads.extend(operands(instr).into_iter().filter(|&o| o < part.body.start));
+        s.reads.extend(instr.operands().into_iter().filter(|&o| o < part.body.start));
     }
     // A part whose value was computed before it (no body of its own) reads that value too.
     if part.value < part.body.start {

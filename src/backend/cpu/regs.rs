@@ -4,7 +4,7 @@ use crate::dtype::Class;
 use crate::dtype::DType;
 use crate::kernel::{Instr, Kernel, Kind, Phase};
 use crate::op::{BinaryOp, UnaryOp};
-use smallvec::{smallvec, SmallVec};
+use smallvec::SmallVec;
 
 /// How one instruction runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,28 +43,6 @@ fn pairable(op: BinaryOp) -> bool {
 /// op and operand form is compiled).
 pub(super) fn mappable(op: UnaryOp) -> bool {
     matches!(op, UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Relu | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Abs)
-}
-
-/// The operands an instruction reads (a concatenation's parts are read inside it).
-pub(super) fn operands(instr: &Instr) -> SmallVec<[usize; 3]> {
-    match instr {
-        Instr::Unary(_, a) | Instr::Cast(a) => smallvec![*a],
-        Instr::Binary(_, a, b) | Instr::Gather { base: a, index: b, .. } if a == b => smallvec![*a],
-        Instr::Binary(_, a, b) | Instr::Gather { base: a, index: b, .. } => smallvec![*a, *b],
-        Instr::Random(_, c, k0, k1) => {
-            let mut v: SmallVec<[usize; 3]> = smallvec![*c, *k0, *k1];
-            v.sort_unstable();
-            v.dedup();
-            v
-        }
-        Instr::Select(c, a, b) => {
-            let mut v: SmallVec<[usize; 3]> = smallvec![*c, *a, *b];
-            v.sort_unstable();
-            v.dedup();
-            v
-        }
-        _ => SmallVec::new(),
-    }
 }
 
 /// Which range of the body each instruction is evaluated in (reduce: prologue, epilogue; rows: per phase).
@@ -154,7 +132,7 @@ impl Plan {
                     (None, None) => (Some(a), Some(b)),
                 }
             }
-            (Step::Plain, instr) => return operands(instr),
+            (Step::Plain, instr) => return instr.operands(),
         };
         let mut v: SmallVec<[usize; 3]> = x.into_iter().collect();
         v.extend(y.filter(|y| Some(*y) != x));
@@ -205,7 +183,7 @@ fn pairs(k: &Kernel, scalar: &[Option<f32>], range: &[usize], after: &[bool], st
     let n = k.body.len();
     let mut readers = vec![0usize; n];
     for instr in &k.body {
-        for o in operands(instr) {
+        for o in instr.operands() {
             readers[o] += 1;
         }
     }
