@@ -368,13 +368,19 @@ mod tests {
     use crate::op::{BinaryOp, ReduceOp, UnaryOp};
     use crate::schedule::{plan, Options};
 
-    /// The softmax kernel of `[8, cols]` (scaled by 0.125 first with `scaled`), generated for `target`.
-    fn softmax_wgsl(cols: usize, scaled: bool, target: &Target) -> String {
+    /// The softmax kernel of `[8, cols]`, generated for `target`, of the input put first through `pre`, pairs of
+    /// an op and a scalar operand (`None`: `tanh`).
+    fn softmax_wgsl(cols: usize, pre: &[Option<(BinaryOp, f32)>], target: &Target) -> String {
         let mut g = Graph::default();
         let mut x = data(&mut g, &[8, cols]);
-        if scaled {
-            let c = crate::graph::build::scalar(&mut g, 0.125);
-            x = bin(&mut g, BinaryOp::Mul, x, c);
+        for step in pre {
+            x = match step {
+                Some((op, v)) => {
+                    let c = crate::graph::build::scalar(&mut g, *v);
+                    bin(&mut g, *op, x, c)
+                }
+                None => un(&mut g, UnaryOp::Tanh, x),
+            };
         }
         let m = fold(&mut g, ReduceOp::Max, x, 1);
         let d = bin(&mut g, BinaryOp::Sub, x, m);
@@ -389,14 +395,14 @@ mod tests {
     fn wide_rows_kernels_hold_the_row_in_registers_when_it_fits() {
         for subgroups in [false, true] {
             let target = Target { subgroups, f16: false, coop: false };
-            let wide = softmax_wgsl(256, false, &target);
+            let wide = softmax_wgsl(256, &[], &target);
             validate(&wide);
             assert!(wide.contains("var rc0: array<vec4<f32>, 4>;"), "{wide}");
             // The cached path (before the top-level `else`) reads memory only to fill the registers.
             let (cached, streamed) = wide.split_once("\n    } else {\n").expect("two paths");
             assert_eq!(cached.matches("i0[").count(), 4, "{wide}");
             assert!(streamed.matches("i0[").count() >= 3, "{wide}");
-            let scalar = softmax_wgsl(258, false, &target);
+            let scalar = softmax_wgsl(258, &[], &target);
             validate(&scalar);
             assert!(!scalar.contains("rc0"), "{scalar}");
         }
@@ -404,17 +410,42 @@ mod tests {
 
     #[test]
     fn a_value_every_phase_computes_is_kept_with_the_row() {
-        // softmax(x * 0.125): each of the three passes scales the row.
-        let src = softmax_wgsl(256, true, &Target::default());
+        // softmax(tanh(x * 0.5) * 3 + 1): each of the three passes computes the same 4 instructions.
+        let pre = [Some((BinaryOp::Mul, 0.5)), None, Some((BinaryOp::Mul, 3.0)), Some((BinaryOp::Add, 1.0))];
+        let src = softmax_wgsl(256, &pre, &Target::default());
         validate(&src);
         assert_eq!(src.matches("var rv").count(), 1, "{src}");
         let (cached, streamed) = src.split_once("\n    } else {\n").expect("two paths");
         // Computed once per slot ahead of the phases, read by each of the three, recomputed by none.
         assert_eq!(cached.matches(" = rv").count(), 3 * reduce::UNROLL, "{cached}");
-        let products = cached.lines().filter(|l| l.trim_start().starts_with("let t") && l.contains(" * t")).count();
-        assert_eq!(products, reduce::UNROLL, "{cached}");
-        // The streamed path (a row past the registers) is as before: each pass scales.
+        let tanhs = cached.lines().filter(|l| l.trim_start().starts_with("let t") && l.contains("tanh")).count();
+        assert_eq!(tanhs, reduce::UNROLL, "{cached}");
+        // The streamed path (a row past the registers) is as before: each pass computes them.
         assert!(!streamed.contains("rv"), "{streamed}");
+        // A shared value of one instruction is cheaper to compute again than to keep.
+        let scaled = softmax_wgsl(256, &[Some((BinaryOp::Mul, 0.125))], &Target::default());
+        assert!(!scaled.contains("rv"), "{scaled}");
+        // Nor is one kept where a phase still reads its input: it would take registers beside the row's.
+        let mut g = Graph::default();
+        let x = data(&mut g, &[8, 256]);
+        let total = fold(&mut g, ReduceOp::Sum, x, 1);
+        let mut y = x;
+        for step in pre {
+            y = match step {
+                Some((op, v)) => {
+                    let c = crate::graph::build::scalar(&mut g, v);
+                    bin(&mut g, op, y, c)
+                }
+                None => un(&mut g, UnaryOp::Tanh, y),
+            };
+        }
+        let m = fold(&mut g, ReduceOp::Max, y, 1);
+        let s = fold(&mut g, ReduceOp::Sum, y, 1);
+        let p = plan(&g, &[total, m, s], &Options::TEST);
+        assert_eq!(p.kernels.len(), 1);
+        let both = generate(&p.kernels[0], &Target::default());
+        validate(&both);
+        assert!(both.contains("var rc0") && !both.contains("rv"), "{both}");
     }
 
     #[test]

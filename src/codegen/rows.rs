@@ -83,6 +83,26 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     b.finish(&out)
 }
 
+/// The fewest instructions (arithmetic, indices, loads through a view) a shared value must take to compute for
+/// [`row_values`] to keep it: below that, computing it again costs about what reading it back does, and the
+/// generated code would change for nothing. nanoGPT's masked softmax recomputed its mask and scale in 9.
+const KEEP_MIN_WORK: usize = 4;
+
+/// The instructions computing value `n` of `k` takes, parameters and loads at the kernel's own index not counted.
+fn work(k: &Kernel, n: usize) -> usize {
+    let mut seen = vec![false; n + 1];
+    seen[n] = true;
+    let mut count = 0;
+    for i in (0..=n).rev() {
+        if !seen[i] {
+            continue;
+        }
+        count += usize::from(!matches!(k.body[i], Instr::Scalar(_) | Instr::Load { view: None, .. }));
+        k.body[i].operands().into_iter().for_each(|o| seen[o] = true);
+    }
+    count
+}
+
 /// Values the phases of a rows kernel share ([`row_values`]).
 #[derive(Default)]
 struct RowValues {
@@ -133,8 +153,14 @@ fn row_values(k: &Kernel) -> RowValues {
             continue;
         }
         candidate[n] = true;
-        per_element[n] =
-            matches!(k.body[n], Instr::Load { .. } | Instr::Index { .. }) || ops.iter().any(|&o| per_element[o]);
+        // A load repeated along the row (a layer norm's saved statistics) is the same for the whole row: a register
+        // per slot would hold one value.
+        let varies = match &k.body[n] {
+            Instr::Load { access, .. } => !matches!(access, Access::Splat),
+            Instr::Index { .. } => true,
+            _ => false,
+        };
+        per_element[n] = varies || ops.iter().any(|&o| per_element[o]);
         first[n] = *seen.entry((key, k.types[n])).or_insert(n);
     }
     let mut phases: FastMap<usize, Vec<usize>> = FastMap::default();
@@ -163,6 +189,8 @@ fn row_values(k: &Kernel) -> RowValues {
         .collect();
     kept.sort_unstable();
     kept.dedup();
+    // Worth a register only where recomputing costs several instructions.
+    kept.retain(|&n| work(k, n) >= KEEP_MIN_WORK);
     let of: FastMap<usize, usize> =
         (0..len).filter(|&n| shared(n) && kept.binary_search(&first[n]).is_ok()).map(|n| (n, first[n])).collect();
     // Backwards from the phases' roots: what is read, not looking past a kept value.
@@ -182,6 +210,25 @@ fn row_values(k: &Kernel) -> RowValues {
         if need[n] {
             k.body[n].operands().into_iter().for_each(|o| need[o] = true);
         }
+    }
+    // No more registers than the row's loads hold already: the kept values must free as many of them as they
+    // take. nanoGPT's layer-norm backward kept two values while its first phase still read all three of their
+    // inputs, and ran 12-14% slower (2303-2445 against 2670-2759 GB/s, H200); its masked softmax's one kept value
+    // replaces the one load it reads, and ran 20% faster.
+    let own_inputs = |only_live: bool| {
+        let mut inputs: Vec<usize> = (0..len)
+            .filter(|&n| phase_of[n] != usize::MAX && (live[n] || !only_live))
+            .filter_map(|n| match k.body[n] {
+                Instr::Load { input, view: None, .. } => Some(input),
+                _ => None,
+            })
+            .collect();
+        inputs.sort_unstable();
+        inputs.dedup();
+        inputs.len()
+    };
+    if kept.len() + own_inputs(true) > own_inputs(false) {
+        return RowValues::default();
     }
     let needs = (0..len).filter(|&n| need[n]).collect();
     let dead = live.iter().map(|l| !l).collect();
