@@ -263,3 +263,52 @@ impl WgpuBackend {
         Ok(Done { kept, reads, times })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::graph::build::{bin, data, scalar};
+    use crate::graph::Graph;
+    use crate::kernel::Instr;
+    use crate::op::BinaryOp;
+    use crate::schedule::{plan, Options};
+
+    #[test]
+    fn a_parameter_block_past_16_kib_is_bound_as_storage_and_read_whole() {
+        // Runs wherever a wgpu adapter opens, and must where LAZOR_TEST_BACKENDS asks for one (CI does).
+        let required = std::env::var("LAZOR_TEST_BACKENDS").is_ok_and(|v| v.split(',').any(|b| b.trim() != "cpu"));
+        let backend = match WgpuBackend::open(false) {
+            Ok(b) => b,
+            Err(e) if !required => return eprintln!("no wgpu adapter: {e}"),
+            Err(e) => panic!("LAZOR_TEST_BACKENDS asks for a wgpu adapter: {e}"),
+        };
+        // `x * 2.5`, its scalar moved to the last word of a block of 4100: past the 4096 a uniform block holds,
+        // which only a kernel fused past the default op bound reaches through the API.
+        let mut g = Graph::default();
+        let x = data(&mut g, &[300]);
+        let c = scalar(&mut g, 2.5);
+        let y = bin(&mut g, BinaryOp::Mul, x, c);
+        let p = plan(&g, &[y], &Options::TEST);
+        let mut k = p.kernels[0].clone();
+        let at = k.body.iter().position(|i| matches!(i, Instr::Scalar(_))).expect("the scalar");
+        k.params.resize(4100, 0);
+        k.params[4099] = 2.5f32.to_bits();
+        k.body[at] = Instr::Scalar(4099);
+        assert!(codegen::generate(&k, &backend.target()).contains("var<storage, read> p: array<vec4<u32>, 1025>;"));
+        let values: Vec<f32> = (0..300).map(|i| i as f32 - 150.0).collect();
+        let words: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
+        let (input, output) = (k.inputs[0].0, k.outputs[0].0);
+        let slots = input.max(output) + 1;
+        let buffers = (0..slots)
+            .map(|s| JobBuffer { bytes: 1200, data: if s == input { Data::Upload(&words) } else { Data::Fresh } })
+            .collect();
+        let kernels = [k];
+        let job = Job { buffers, kernels: &kernels, frees: &[vec![]], keep: &[], reads: &[output], profile: false };
+        let mut stats = Stats::default();
+        let done = backend.run(job, &mut stats, 0).expect("runs");
+        let got = backend.take_read(done.reads[0]).expect("reads back");
+        let want: Vec<u32> = values.iter().map(|v| (v * 2.5).to_bits()).collect();
+        assert_eq!(&got[..300], &want[..]);
+    }
+}
