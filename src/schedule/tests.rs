@@ -298,6 +298,29 @@ fn operands_of_even_products_are_fetched_as_aligned_quads() {
 }
 
 #[test]
+fn f16_operands_are_whole_octets_only_where_every_octet_is_aligned() {
+    use crate::kernel::Kind;
+    // A of an f16 product starting `offset` halves into its buffer; B plain.
+    let octets = |offset: usize, k: usize| {
+        let mut g = Graph::default();
+        let x = g.add(Op::Data(vec![0; (1024 * k + offset).div_ceil(2)]), Shape::from([1024 * k + offset]), DType::F16);
+        let mut v = View::contiguous(&Shape::from([1024, k]));
+        v.offset = offset as isize;
+        let a = g.add(Op::View(v, x), Shape::from([1024, k]), DType::F16);
+        let w = g.add(Op::Data(vec![0; k * 512]), Shape::from([k, 1024]), DType::F16);
+        let p = g.add(Op::Matmul(a, w), Shape::from([1024, 1024]), DType::F16);
+        let Kind::Matmul(mm) = plan(&g, &[p], &FUSE).kernels[0].kind else { panic!("a product") };
+        (mm.octets_a, mm.octets_b)
+    };
+    assert_eq!(octets(0, 256), (true, true));
+    assert_eq!(octets(8, 256), (true, true));
+    // 4 halves in: 8-byte aligned, so the f32 kernel's quads would be, but an octet is 16 bytes.
+    assert_eq!(octets(4, 256), (false, true));
+    // k not a multiple of the tensor-core slab depth (32): no octet is settled at plan time.
+    assert_eq!(octets(0, 264), (false, false));
+}
+
+#[test]
 fn matmul_takes_its_epilogue_and_cheap_prologues() {
     let mut g = Graph::default();
     let (x, w, _) = matmul(&mut g, 64, 32, 48);
