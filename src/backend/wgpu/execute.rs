@@ -276,13 +276,7 @@ mod tests {
 
     #[test]
     fn a_parameter_block_past_16_kib_is_bound_as_storage_and_read_whole() {
-        // Runs wherever a wgpu adapter opens, and must where LAZOR_TEST_BACKENDS asks for one (CI does).
-        let required = std::env::var("LAZOR_TEST_BACKENDS").is_ok_and(|v| v.split(',').any(|b| b.trim() != "cpu"));
-        let backend = match WgpuBackend::open(false) {
-            Ok(b) => b,
-            Err(e) if !required => return eprintln!("no wgpu adapter: {e}"),
-            Err(e) => panic!("LAZOR_TEST_BACKENDS asks for a wgpu adapter: {e}"),
-        };
+        let Some(backend) = crate::backend::wgpu::open_for_test(|| WgpuBackend::open(false)) else { return };
         // `x * 2.5`, its scalar moved to the last word of a block of 4100: past the 4096 a uniform block holds,
         // which only a kernel fused past the default op bound reaches through the API.
         let mut g = Graph::default();

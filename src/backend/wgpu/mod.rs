@@ -12,6 +12,22 @@ mod pool;
 mod readback;
 mod timing;
 
+/// For unit tests: what `open` opens, or `None` where no wgpu adapter opens and `LAZOR_TEST_BACKENDS` asks for
+/// none (a machine without a GPU driver runs the CPU tests). Where it asks for one (CI does), failing to open one
+/// panics: a GPU test never skips silently there.
+#[cfg(test)]
+pub(crate) fn open_for_test<T>(open: impl FnOnce() -> crate::error::Result<T>) -> Option<T> {
+    let required = std::env::var("LAZOR_TEST_BACKENDS").is_ok_and(|v| v.split(',').any(|b| b.trim() != "cpu"));
+    match open() {
+        Ok(t) => Some(t),
+        Err(e) if !required => {
+            eprintln!("no wgpu adapter: {e}");
+            None
+        }
+        Err(e) => panic!("LAZOR_TEST_BACKENDS asks for a wgpu adapter: {e}"),
+    }
+}
+
 use super::{Backend, Done, Job, ReadId};
 use crate::error::Result;
 use crate::graph::BufferKey;

@@ -97,13 +97,7 @@ mod tests {
 
     #[test]
     fn a_kernel_that_does_not_compile_is_an_error_and_not_cached() {
-        // Runs wherever a wgpu adapter opens, and must where LAZOR_TEST_BACKENDS asks for one (CI does).
-        let required = std::env::var("LAZOR_TEST_BACKENDS").is_ok_and(|v| v.split(',').any(|b| b.trim() != "cpu"));
-        let gpu = match Gpu::open(false) {
-            Ok(gpu) => gpu,
-            Err(e) if !required => return eprintln!("no wgpu adapter, nothing to compile on: {e}"),
-            Err(e) => panic!("LAZOR_TEST_BACKENDS asks for a wgpu adapter: {e}"),
-        };
+        let Some(gpu) = crate::backend::wgpu::open_for_test(|| Gpu::open(false)) else { return };
         let mut cache = Pipelines::default();
         let mut stats = Stats::default();
         let bad = "@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }";
