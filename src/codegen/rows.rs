@@ -88,19 +88,35 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
 /// generated code would change for nothing. nanoGPT's masked softmax recomputed its mask and scale in 9.
 const KEEP_MIN_WORK: usize = 4;
 
+/// The instructions of `k` that computing `roots` reads, roots included, not looking past the instructions `stop`
+/// accepts (their values come from elsewhere).
+fn reads(k: &Kernel, roots: impl IntoIterator<Item = usize>, stop: impl Fn(usize) -> bool) -> Vec<bool> {
+    let mut read = vec![false; k.body.len()];
+    roots.into_iter().for_each(|n| read[n] = true);
+    for n in (0..k.body.len()).rev() {
+        if read[n] && !stop(n) {
+            k.body[n].operands().into_iter().for_each(|o| read[o] = true);
+        }
+    }
+    read
+}
+
 /// The instructions computing value `n` of `k` takes, parameters and loads at the kernel's own index not counted.
 fn work(k: &Kernel, n: usize) -> usize {
-    let mut seen = vec![false; n + 1];
-    seen[n] = true;
-    let mut count = 0;
-    for i in (0..=n).rev() {
-        if !seen[i] {
-            continue;
-        }
-        count += usize::from(!matches!(k.body[i], Instr::Scalar(_) | Instr::Load { view: None, .. }));
-        k.body[i].operands().into_iter().for_each(|o| seen[o] = true);
-    }
-    count
+    let read = reads(k, [n], |_| false);
+    let costs = |i: usize| !matches!(k.body[i], Instr::Scalar(_) | Instr::Load { view: None, .. });
+    (0..=n).filter(|&i| read[i] && costs(i)).count()
+}
+
+/// What the phases of rows kernel `k` fold or store, per element: the values everything else is computed for.
+fn phase_roots(k: &Kernel) -> Vec<usize> {
+    k.phases
+        .iter()
+        .flat_map(|phase| match phase {
+            Phase::Fold { value, .. } => vec![*value],
+            Phase::Map { outputs, .. } => outputs.iter().map(|&o| k.outputs[o].1).collect(),
+        })
+        .collect()
 }
 
 /// Values the phases of a rows kernel share ([`row_values`]).
@@ -173,14 +189,7 @@ fn row_values(k: &Kernel) -> RowValues {
     let shared = |n: usize| candidate[n] && per_element[n] && phases.get(&first[n]).is_some_and(|p| p.len() > 1);
     // The frontier: shared values read by something that is not, folded or stored. Loads at the row's own index
     // are kept already (`rc{input}`).
-    let mut roots: Vec<usize> = k
-        .phases
-        .iter()
-        .flat_map(|phase| match phase {
-            Phase::Fold { value, .. } => vec![*value],
-            Phase::Map { outputs, .. } => outputs.iter().map(|&o| k.outputs[o].1).collect(),
-        })
-        .collect();
+    let mut roots = phase_roots(k);
     roots.extend((0..len).filter(|&n| !shared(n)).flat_map(|n| k.body[n].operands()));
     let mut kept: Vec<usize> = roots
         .into_iter()
@@ -193,24 +202,9 @@ fn row_values(k: &Kernel) -> RowValues {
     kept.retain(|&n| work(k, n) >= KEEP_MIN_WORK);
     let of: FastMap<usize, usize> =
         (0..len).filter(|&n| shared(n) && kept.binary_search(&first[n]).is_ok()).map(|n| (n, first[n])).collect();
-    // Backwards from the phases' roots: what is read, not looking past a kept value.
-    let mut live = vec![false; len];
-    for phase in &k.phases {
-        match phase {
-            Phase::Fold { value, .. } => live[*value] = true,
-            Phase::Map { outputs, .. } => outputs.iter().for_each(|&o| live[k.outputs[o].1] = true),
-        }
-    }
-    let mut need = vec![false; len];
-    kept.iter().for_each(|&n| need[n] = true);
-    for n in (0..len).rev() {
-        if live[n] && !of.contains_key(&n) {
-            k.body[n].operands().into_iter().for_each(|o| live[o] = true);
-        }
-        if need[n] {
-            k.body[n].operands().into_iter().for_each(|o| need[o] = true);
-        }
-    }
+    // What the phases read once kept values come from registers, and what computing the kept values reads.
+    let live = reads(k, phase_roots(k), |n| of.contains_key(&n));
+    let need = reads(k, kept.iter().copied(), |_| false);
     // No more registers than the row's loads hold already: the kept values must free as many of them as they
     // take. nanoGPT's layer-norm backward kept two values while its first phase still read all three of their
     // inputs, and ran 12-14% slower (2303-2445 against 2670-2759 GB/s, H200); its masked softmax's one kept value

@@ -84,8 +84,11 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let batch = out.numel() / (m * n);
     let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
     let chosen = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, &tiles));
+    // Whether `tile`'s blocks, `bk` steps of k deep, cover the product exactly.
+    let covers =
+        |tile: MatmulTile, bk: u32| [(m, tile.bm), (n, tile.bn), (k, bk)].iter().all(|&(x, b)| x % b as usize == 0);
     let plan = |tile: MatmulTile| {
-        let even = [(m, tile.bm), (n, tile.bn), (k, tile.bk)].iter().all(|&(x, b)| x % b as usize == 0);
+        let even = covers(tile, tile.bk);
         let fetch = Fetch::plan(&l.k, tile, even && thin.is_none(), (0..a_end, a_along_k), (a_end..b_end, b_along_k));
         (tile, even, fetch)
     };
@@ -108,8 +111,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     }
     let (vec_a, vec_b) = (fetch.a.is_some(), fetch.b.is_some());
     // The tensor-core kernel's octets (`Matmul::octets_a`), should the backend run this product there.
-    let coop_even = f16 && thin.is_none() && m % tile.bm as usize == 0 && n % tile.bn as usize == 0;
-    let coop_even = coop_even && k % crate::kernel::COOP_BK as usize == 0;
+    let coop_even = f16 && thin.is_none() && covers(tile, crate::kernel::COOP_BK);
     let octets =
         |body: std::ops::Range<usize>, axis: usize| coop_even && wide_input(&l.k, body, axis, DType::F16, 8).is_some();
     let octets_a = octets(0..a_end, if a_along_k { r - 1 } else { r - 2 });
