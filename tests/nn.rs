@@ -257,3 +257,55 @@ fn conv2d_layer_is_initialised_as_pytorch_and_convolves_with_its_bias() {
         assert_close(&y.to_vec(), &want.to_vec(), 0.0, 0.0, "Conv2d::forward is conv2d with its settings");
     }
 }
+
+/// Layer norm's gradients (input, weight, bias) against a host computation in f64, on every backend, over 5 rows,
+/// so that teams past the last row run beside the real ones: rows of 384 (held in registers), 260 (scalar: not a
+/// whole number of vectors) and 2048 (past the registers). The product after it keeps the forward's kernel apart
+/// from the backward's, which then reads the saved mean and variance, as a training step's do: once per row where
+/// the row is read in vectors (`codegen/emit.rs`, `Emitter::hoisted`).
+#[test]
+fn layer_norm_gradients_match_the_host() {
+    for dev in devices() {
+        let mut rng = common::Rng::new(11);
+        for d in [384usize, 260, 2048] {
+            let (rows, outs) = (5, 3);
+            let (xv, wv, bv) = (rng.vec(rows * d, -2.0, 2.0), rng.vec(d, 0.5, 1.5), rng.vec(d, -0.5, 0.5));
+            let (mv, gv) = (rng.vec(d * outs, -1.0, 1.0), rng.vec(rows * outs, -1.0, 1.0));
+            let x = Var::new(Tensor::from_slice_on(&xv, [rows, d], &dev));
+            let w = Var::new(Tensor::from_slice_on(&wv, [d], &dev));
+            let b = Var::new(Tensor::from_slice_on(&bv, [d], &dev));
+            let y = nn::functional::layer_norm(&x.tensor(), Some(&w.tensor()), Some(&b.tensor()), 1e-5);
+            let z = y.matmul(&Tensor::from_slice_on(&mv, [d, outs], &dev));
+            let loss = (&z * &Tensor::from_slice_on(&gv, [rows, outs], &dev)).sum_all();
+            let grads = loss.backward();
+            // Realized with the loss, as a training step is, so the forward's kernels run too.
+            let (gx, gw, gb) = (&grads[&x], &grads[&w], &grads[&b]);
+            lazor::realize(&[&loss, gx, gw, gb]).unwrap();
+            let (mut dx, mut dw, mut db) = (vec![0.0f32; rows * d], vec![0.0f64; d], vec![0.0f64; d]);
+            for r in 0..rows {
+                let row = &xv[r * d..(r + 1) * d];
+                // The gradient reaching the layer norm's output: g m^T.
+                let g: Vec<f64> = (0..d)
+                    .map(|j| (0..outs).map(|o| gv[r * outs + o] as f64 * mv[j * outs + o] as f64).sum())
+                    .collect();
+                let mean = row.iter().map(|&a| a as f64).sum::<f64>() / d as f64;
+                let var = row.iter().map(|&a| (a as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+                let rstd = 1.0 / (var + 1e-5).sqrt();
+                let xhat: Vec<f64> = row.iter().map(|&a| (a as f64 - mean) * rstd).collect();
+                let gw: Vec<f64> = (0..d).map(|j| g[j] * wv[j] as f64).collect();
+                let m1 = gw.iter().sum::<f64>() / d as f64;
+                let m2 = gw.iter().zip(&xhat).map(|(a, h)| a * h).sum::<f64>() / d as f64;
+                for j in 0..d {
+                    dx[r * d + j] = (rstd * (gw[j] - m1 - xhat[j] * m2)) as f32;
+                    dw[j] += g[j] * xhat[j];
+                    db[j] += g[j];
+                }
+            }
+            let what = |name: &str| format!("layer norm's {name} gradient, rows of {d}, on {}", dev.name());
+            assert_close(&gx.to_vec(), &dx, 1e-3, 1e-5, &what("input"));
+            let host = |v: Vec<f64>| v.into_iter().map(|a| a as f32).collect::<Vec<f32>>();
+            assert_close(&gw.to_vec(), &host(dw), 1e-4, 1e-5, &what("weight"));
+            assert_close(&gb.to_vec(), &host(db), 1e-4, 1e-5, &what("bias"));
+        }
+    }
+}

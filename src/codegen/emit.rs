@@ -51,6 +51,8 @@ pub(super) struct Emitter<'a> {
     pub dead: Vec<bool>,
     /// Instructions emitted once ahead of a loop over a row ([`Emitter::hoisted`]): `range` leaves them out.
     hoisted: Vec<bool>,
+    /// While [`Emitter::hoisted`] emits a load ahead of the loop: its index is taken only for a valid row.
+    hoisting: bool,
 }
 
 /// How a buffer of a dtype is bound and addressed.
@@ -253,7 +255,12 @@ impl Emitter<'_> {
             },
             Instr::Load { input, view: Some(v), access } => {
                 let ix = self.index(v.at, v.frame);
-                self.line(depth, &format!("let x{n} = {ix};"));
+                if self.hoisting {
+                    // A team past the last row has coordinates past the input.
+                    self.line(depth, &format!("let x{n} = select(0i, {ix}, valid);"));
+                } else {
+                    self.line(depth, &format!("let x{n} = {ix};"));
+                }
                 let inner = pi(v.at + self.k.shape.ndim() - 1);
                 let x = format!("u32(x{n})");
                 match (wide, access) {
@@ -385,12 +392,40 @@ impl Emitter<'_> {
 }
 
 impl<'a> Emitter<'a> {
+    /// Whether instruction `n` was emitted ahead of the loop the current block runs.
+    pub fn is_hoisted(&self, n: usize) -> bool {
+        self.hoisted[n]
+    }
+
     /// Emits a block at `depth`: `{`, then once the instructions of `body` whose value is the same for a whole row
-    /// (parameters, fold results and what is computed from them alone), then what `inner` emits, then `}`. Inside,
-    /// `range` leaves the hoisted instructions out. A store to an output may alias the parameter buffer for all the
-    /// driver knows, so without this a row's per-element code reloads and recomputes them after every store.
+    /// (parameters, fold results, loads repeated along the row and what is computed from them alone), then what
+    /// `inner` emits, then `}`. Inside, `range` leaves the hoisted instructions out. A store to an output may alias
+    /// the parameter buffer for all the driver knows, so without this a row's per-element code reloads and
+    /// recomputes them after every store.
+    ///
+    /// A load repeated along the row (`Access::Splat` in a wide rows kernel: a layer norm's saved mean and
+    /// variance) is read once, at row coordinate 0, with what is computed from it (`sqrt(var / n + eps)`), instead
+    /// of per element in every phase.
     pub fn hoisted(&mut self, body: std::ops::Range<usize>, depth: usize, inner: impl FnOnce(&mut Self)) {
+        self.hoisted_where(body, |_| true, depth, inner);
+    }
+
+    /// [`Emitter::hoisted`], hoisting only the instructions `wanted` accepts (and never one the cached phases no
+    /// longer read, `dead`).
+    pub fn hoisted_where(
+        &mut self,
+        body: std::ops::Range<usize>,
+        wanted: impl Fn(usize) -> bool,
+        depth: usize,
+        inner: impl FnOnce(&mut Self),
+    ) {
         self.line(depth, "{");
+        // Splat is decided along the innermost axis, which a rows kernel's row is.
+        let row_axis = match self.k.kind {
+            Kind::Rows { axis, .. } if self.wide && axis + 1 == self.k.shape.ndim() => Some(axis),
+            _ => None,
+        };
+        let mut at_row_start = false;
         // A concatenation's parts are emitted inside its branches, in their own frames: left alone.
         let mut in_cat = vec![false; self.k.body.len()];
         for instr in &self.k.body[body.clone()] {
@@ -401,7 +436,7 @@ impl<'a> Emitter<'a> {
             }
         }
         for n in body {
-            if in_cat[n] {
+            if in_cat[n] || !wanted(n) || self.dead.get(n).copied().unwrap_or(false) {
                 continue;
             }
             let uniform = match &self.k.body[n] {
@@ -411,10 +446,19 @@ impl<'a> Emitter<'a> {
                 Instr::Select(a, b, c) | Instr::Random(_, a, b, c) => {
                     self.hoisted[*a] && self.hoisted[*b] && self.hoisted[*c]
                 }
+                Instr::Load { view: Some(v), access: Access::Splat, .. } => row_axis.is_some() && v.frame == 0,
                 _ => false,
             };
             if uniform {
+                let load = matches!(self.k.body[n], Instr::Load { .. });
+                if let (true, false, Some(axis)) = (load, at_row_start, row_axis) {
+                    // The row's own coordinate, which the load's stride multiplies by 0; the loop shadows it.
+                    self.line(depth + 1, &format!("let c{axis} = 0i;"));
+                    at_row_start = true;
+                }
+                self.hoisting = load;
                 self.instr(n, depth + 1);
+                self.hoisting = false;
                 self.hoisted[n] = true;
             }
         }
@@ -463,6 +507,7 @@ impl<'a> Emitter<'a> {
             row_values: FastMap::default(),
             dead: Vec::new(),
             hoisted: vec![false; k.body.len()],
+            hoisting: false,
         };
         e.b.params(k.params.len());
         for (o, &dt) in k.out_types.iter().enumerate() {

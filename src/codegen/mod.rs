@@ -449,6 +449,44 @@ mod tests {
     }
 
     #[test]
+    fn loads_repeated_along_a_row_are_read_once_per_phase() {
+        // y = (x - mean) / sqrt(var * 0.5 + 1e-5) with mean and var one value per row, then y / sum(y): the two
+        // statistics are read and the square root computed once per row, ahead of the loop over it, by each phase
+        // of the streamed path and by the cached path's computation of `y`, which both its phases then read.
+        let mut g = Graph::default();
+        let x = data(&mut g, &[8, 256]);
+        let (mean, var) = (data(&mut g, &[8, 1]), data(&mut g, &[8, 1]));
+        let half = crate::graph::build::scalar(&mut g, 0.5);
+        let eps = crate::graph::build::scalar(&mut g, 1e-5);
+        let centred = bin(&mut g, BinaryOp::Sub, x, mean);
+        let scaled = bin(&mut g, BinaryOp::Mul, var, half);
+        let shifted = bin(&mut g, BinaryOp::Add, scaled, eps);
+        let root = un(&mut g, UnaryOp::Sqrt, shifted);
+        let y = bin(&mut g, BinaryOp::Div, centred, root);
+        let s = fold(&mut g, ReduceOp::Sum, y, 1);
+        let out = bin(&mut g, BinaryOp::Div, y, s);
+        let p = plan(&g, &[out], &Options::TEST);
+        assert_eq!(p.kernels.len(), 1);
+        let src = generate(&p.kernels[0], &Target::default());
+        validate(&src);
+        let (cached, streamed) = src.split_once("\n    } else {\n").expect("two paths");
+        assert!(cached.contains("var rv"), "{cached}");
+        assert_eq!((cached.matches("sqrt(").count(), cached.matches("select(0i, ").count()), (1, 2), "{cached}");
+        assert_eq!((streamed.matches("sqrt(").count(), streamed.matches("select(0i, ").count()), (2, 4), "{streamed}");
+        // A row of 258 is not read in vectors: per element, as before.
+        let mut g = Graph::default();
+        let x = data(&mut g, &[8, 258]);
+        let mean = data(&mut g, &[8, 1]);
+        let centred = bin(&mut g, BinaryOp::Sub, x, mean);
+        let s = fold(&mut g, ReduceOp::Sum, centred, 1);
+        let out = bin(&mut g, BinaryOp::Div, centred, s);
+        let p = plan(&g, &[out], &Options::TEST);
+        let src = generate(&p.kernels[0], &Target::default());
+        validate(&src);
+        assert!(!src.contains("select(0i, "), "{src}");
+    }
+
+    #[test]
     fn parameters_are_a_uniform_block_unless_too_long_for_one() {
         let mut g = Graph::default();
         let x = data(&mut g, &[3, 5]);

@@ -54,23 +54,29 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         for &first in &kept {
             e.line(2, &format!("var rv{first}: array<{}, {UNROLL}>;", e.b.ty(k.types[first])));
         }
-        for u in 0..UNROLL {
-            step(&mut e, axis, u, 2);
-            for (input, _) in &cached {
-                let load = e.own_load(*input);
-                e.line(4, &format!("rc{input}[{u}] = {load};"));
+        // What the kept values compute from the row's statistics alone, once, ahead of the row's steps.
+        let needed = |n: usize| needs.binary_search(&n).is_ok();
+        e.hoisted_where(0..k.body.len(), needed, 2, |e| {
+            for u in 0..UNROLL {
+                step(e, axis, u, 3);
+                for (input, _) in &cached {
+                    let load = e.own_load(*input);
+                    e.line(5, &format!("rc{input}[{u}] = {load};"));
+                }
+                e.cache = Some(u);
+                for &n in &needs {
+                    if !e.is_hoisted(n) {
+                        e.instr(n, 5);
+                    }
+                }
+                e.cache = None;
+                for &first in &kept {
+                    e.line(5, &format!("rv{first}[{u}] = t{first};"));
+                }
+                e.line(4, "}");
+                e.line(3, "}");
             }
-            e.cache = Some(u);
-            for &n in &needs {
-                e.instr(n, 4);
-            }
-            e.cache = None;
-            for &first in &kept {
-                e.line(4, &format!("rv{first}[{u}] = t{first};"));
-            }
-            e.line(3, "}");
-            e.line(2, "}");
-        }
+        });
         (e.row_values, e.dead) = (of, dead);
         phases(&mut e, axis, 2, true, online);
         (e.row_values, e.dead) = Default::default();
