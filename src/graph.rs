@@ -190,13 +190,15 @@ impl Graph {
         }
     }
 
-    /// Whether `id` is a matrix read down its columns: a view whose rows' elements lie a stride apart (not 0, not
-    /// 1) and whose columns' are neighbours, as `weight.t()` is. A broadcast or a single row is not.
+    /// Whether `id` is a matrix (or a batch of them, along its last two axes) read down its columns: a view whose
+    /// rows' elements lie a stride apart (not 0, not 1) and whose columns' are neighbours, as `weight.t()` is, or an
+    /// attention's `k.transpose(-2, -1)`. A broadcast or a single row is not.
     pub fn transposed(&self, id: NodeId) -> bool {
         let node = self.node(id);
+        let nd = node.shape.ndim();
         match &node.op {
-            Op::View(v, _) if node.shape.ndim() == 2 && node.shape.dims()[0] > 1 => {
-                v.strides[0].abs() == 1 && !matches!(v.strides[1].abs(), 0 | 1)
+            Op::View(v, _) if nd >= 2 && node.shape.dims()[nd - 2] > 1 => {
+                v.strides[nd - 2].abs() == 1 && !matches!(v.strides[nd - 1].abs(), 0 | 1)
             }
             _ => false,
         }

@@ -335,6 +335,29 @@ fn matmul_rules_cover_every_form() {
     // Operands through views, and a product whose result is viewed.
     let (a, b) = (random(&mut rng, &[4, 3], -1.0, 1.0), random(&mut rng, &[5, 4], -1.0, 1.0));
     grad_check("transposed operands", &[a, b], &|t| t[0].t().matmul(&t[1].t()).t().exp());
+    // Batched transposed operands, as an attention's `q k^T`, with and without a broadcast batch axis.
+    let (q, k) = (random(&mut rng, &[2, 3, 5, 4], -1.0, 1.0), random(&mut rng, &[2, 3, 6, 4], -1.0, 1.0));
+    grad_check("batched transposed right", &[q, k], &|t| t[0].matmul(&t[1].transpose(-2, -1)));
+    let (a, b) = (random(&mut rng, &[1, 3, 4, 5], -1.0, 1.0), random(&mut rng, &[2, 3, 4, 6], -1.0, 1.0));
+    grad_check("batched transposed left, broadcast", &[a, b], &|t| t[0].transpose(-2, -1).matmul(&t[1]));
+    let (q, k) = (random(&mut rng, &[2, 3, 5, 4], -1.0, 1.0), random(&mut rng, &[1, 3, 6, 4], -1.0, 1.0));
+    grad_check("batched transposed right, broadcast", &[q, k], &|t| t[0].matmul(&t[1].transpose(-2, -1)));
+}
+
+/// The gradient of a batched operand read transposed comes out in the operand's own layout, so what reads it (the
+/// stack of an attention's q, k and v gradients) reads it in order: `(dS^T q)^T` rather than `q^T dS`.
+#[test]
+fn a_batched_transposed_operand_gets_its_gradient_in_its_own_layout() {
+    for dev in devices() {
+        let q = Var::new(Tensor::ones_on([2, 3, 8, 4], &dev));
+        let k = Var::new(Tensor::ones_on([2, 3, 8, 4], &dev));
+        let s = q.tensor().matmul(&k.tensor().transpose(-2, -1));
+        let grads = (&s * &s).sum_all().backward();
+        assert!(grads[&k].is_contiguous(), "the keys' gradient is the product itself, not a transposed view");
+        assert!(grads[&q].is_contiguous());
+        // d(sum s^2)/dk = 2 s^T q with every s = 4: 2 * 4 * 8 rows of ones.
+        assert_eq!(grads[&k].to_vec(), vec![64.0; 2 * 3 * 8 * 4]);
+    }
 }
 
 #[test]

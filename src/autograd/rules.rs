@@ -125,9 +125,10 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         }
         Rule::Identity => smallvec![Some(g.clone())],
         Rule::Reduce { op, axis, x, y } => smallvec![Some(reduce(*op, *axis, g, x, y))],
-        // An operand read transposed (a `Linear`'s `weight.t()`) gets its gradient computed in its source's layout,
-        // `(g^T a)^T` rather than `a^T g`: the source's consumers (an optimizer's update) then read the product at
-        // their own index and join its epilogue instead of starting a kernel of their own.
+        // An operand read transposed (a `Linear`'s `weight.t()`, an attention's `k.transpose(-2, -1)`) gets its
+        // gradient computed in its source's layout, `(g^T a)^T` rather than `a^T g`: the source's consumers (an
+        // optimizer's update, the stack of an attention's q, k and v gradients) then read the product at their own
+        // index, in 16-byte vectors, and join its epilogue instead of starting a kernel of their own.
         Rule::Matmul { a, b } => smallvec![
             need(0).then(|| if a.is_transposed() { b.matmul(&g.t()).t() } else { g.matmul(&b.t()) }),
             need(1).then(|| if b.is_transposed() { g.t().matmul(a).t() } else { a.t().matmul(g) }),

@@ -733,6 +733,13 @@ fn a_matrix_is_transposed_when_read_down_its_columns() {
     let row = data(&mut g, &[5, 1]);
     let r = view(&mut g, View::contiguous(&Shape::from([5, 1])).permute(&[1, 0]), row);
     assert!(!g.transposed(r), "a single row");
+    // Batched: the last two axes of [2, 3, 8, 5] swapped, as `k.transpose(-2, -1)` of an attention's keys.
+    let keys = data(&mut g, &[2, 3, 8, 5]);
+    let kt = view(&mut g, View::contiguous(&Shape::from([2, 3, 8, 5])).permute(&[0, 1, 3, 2]), keys);
+    assert!(g.transposed(kt));
+    assert!(!g.transposed(keys), "row-major matrices");
+    let heads = view(&mut g, View::contiguous(&Shape::from([2, 3, 8, 5])).permute(&[1, 0, 2, 3]), keys);
+    assert!(!g.transposed(heads), "batch axes permuted, matrices row-major");
 }
 
 #[test]
