@@ -451,8 +451,9 @@ impl<'a> Emitter<'a> {
             };
             if uniform {
                 let load = matches!(self.k.body[n], Instr::Load { .. });
-                if let (true, false, Some(axis)) = (load, at_row_start, row_axis) {
+                if load && !at_row_start {
                     // The row's own coordinate, which the load's stride multiplies by 0; the loop shadows it.
+                    let axis = row_axis.expect("only a rows kernel's loads are hoisted");
                     self.line(depth + 1, &format!("let c{axis} = 0i;"));
                     at_row_start = true;
                 }
