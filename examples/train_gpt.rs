@@ -1,5 +1,6 @@
-//! A character-level transformer trained on a text: token and position embeddings, causal self-attention masked
-//! with `triu`, layer norm, an MLP, AdamW; every training step one realize (forward, backward and update).
+//! A character-level transformer trained on a text: token and position embeddings, causal self-attention (its
+//! `tril` mask applied by `scaled_dot_product_attention`, whose products skip the masked blocks), layer norm, an
+//! MLP, AdamW; every training step one realize (forward, backward and update).
 //!
 //! ```text
 //! cargo run --release --example train_gpt                          # Shakespeare's sonnets shipped in the repo
@@ -65,10 +66,8 @@ impl Block {
         let qkv = self.qkv.forward(x).reshape([b, t, 3, h, hd]).permute([2, 0, 3, 1, 4]);
         let (q, k, v) =
             (qkv.narrow(0, 0, 1).squeeze(0), qkv.narrow(0, 1, 1).squeeze(0), qkv.narrow(0, 2, 1).squeeze(0));
-        let future = Tensor::ones_on([t, t], x.device()).triu(1).ne(0.0);
-        let scores = q.matmul(&k.transpose(-2, -1)) * (1.0 / (hd as f32).sqrt());
-        let att = scores.masked_fill(&future, f32::NEG_INFINITY).softmax(-1);
-        let y = att.matmul(&v).permute([0, 2, 1, 3]).reshape([b, t, d]);
+        // Causal attention whose products skip the blocks its mask zeroes (nanoGPT's `is_causal=True`).
+        let y = F::scaled_dot_product_attention(&q, &k, &v, true).permute([0, 2, 1, 3]).reshape([b, t, d]);
         self.proj.forward(&y)
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::dtype::DType;
 use crate::hash::FastMap;
-use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, ReduceOp, Tri, UnaryOp};
 use crate::shape::Shape;
 use crate::view::View;
 use slotmap::{new_key_type, SlotMap};
@@ -50,8 +50,8 @@ pub enum Op {
     /// The input folded along one axis, which the node keeps with extent 1.
     Reduce(ReduceOp, NodeId, usize),
     /// The matrix product of `[..., m, k]` and `[..., k, n]` with equal batch axes (the API broadcasts them by
-    /// views first), giving `[..., m, n]`.
-    Matmul(NodeId, NodeId),
+    /// views first), giving `[..., m, n]`, keeping the triangle [`Tri`] names of each batch matrix.
+    Matmul(NodeId, NodeId, Tri),
     /// `src` (the first input) read along `axis` at the position the second input (an `I32` or `U32` index of the
     /// node's shape) holds, at the node's own coordinates on every other axis, as `torch.gather`; 0 where the index
     /// is outside the axis. The source is always stored, the index computed where it is read.
@@ -67,7 +67,7 @@ impl Op {
                 smallvec::smallvec![*a]
             }
             Op::Where(c, a, b) => smallvec::smallvec![*c, *a, *b],
-            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Random(_, a, b) | Op::Gather(a, b, _) => {
+            Op::Binary(_, a, b) | Op::Matmul(a, b, _) | Op::Random(_, a, b) | Op::Gather(a, b, _) => {
                 smallvec::smallvec![*a, *b]
             }
             Op::Cat(parts, _) => parts.clone(),
@@ -84,7 +84,7 @@ impl Op {
                 f(a);
                 f(b);
             }
-            Op::Binary(_, a, b) | Op::Matmul(a, b) | Op::Random(_, a, b) | Op::Gather(a, b, _) => {
+            Op::Binary(_, a, b) | Op::Matmul(a, b, _) | Op::Random(_, a, b) | Op::Gather(a, b, _) => {
                 f(a);
                 f(b);
             }
@@ -116,7 +116,7 @@ impl Op {
             Op::Cat(parts, axis) => out.extend([9 << 56 | parts.len() as u64, *axis as u64]),
             Op::Contiguous(_) => tag(10, out),
             Op::Reduce(op, _, axis) => out.extend([11 << 56 | *op as u64, *axis as u64]),
-            Op::Matmul(..) => tag(12, out),
+            Op::Matmul(_, _, tri) => out.push(12 << 56 | *tri as u64),
             Op::Random(d, ..) => out.push(13 << 56 | *d as u64),
             Op::Gather(_, _, axis) => out.extend([14 << 56, *axis as u64]),
         }

@@ -6,7 +6,7 @@
 //! the same structure at another size compiles to the same code.
 
 use crate::dtype::DType;
-use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, ReduceOp, Tri, UnaryOp};
 use crate::shape::Shape;
 use smallvec::{smallvec, SmallVec};
 
@@ -74,6 +74,9 @@ pub struct Matmul {
     /// kernels ignore it.
     pub octets_a: bool,
     pub octets_b: bool,
+    /// The triangle of each batch matrix the product keeps ([`Tri`]): the tiled kernel skips the steps of k and the
+    /// output blocks it drops. Such products always run tiled.
+    pub tri: Tri,
 }
 
 /// A thin product's layout: each thread holds a sum per output of the narrow side (at most [`THIN_SIDE`]) in

@@ -4,6 +4,7 @@
 use crate::autograd::{record, Rule};
 use crate::error::{Error, Result};
 use crate::graph::Op;
+use crate::op::Tri;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
 
@@ -84,25 +85,30 @@ impl Tensor {
             Shape::from(d)
         };
         // A stack of matrices times one matrix is one taller product when the stack is contiguous: better tiles.
-        let product = if let Some(parts) =
-            (batch.numel() == 1).then(|| split_k(&self.device, (m, k, n), &a, &b)).flatten()
-        {
-            // Few output tiles over a long k (a weight's gradient, `x^T g`): k is cut into `parts` slices whose
-            // products run side by side as a batch, then summed. Both cuts are views.
-            let a3 = a.reshape([m, k]).reshape([m, parts, k / parts]).permute([1, 0, 2]);
-            let b3 = b.reshape([k, n]).reshape([parts, k / parts, n]);
-            a3.matmul(&b3).sum(0).reshape(with([m, n]))
-        } else if batch_b.numel() == 1 && batch.ndim() > 0 && a.is_contiguous() && batch_a == batch {
-            let flat = a.reshape([batch.numel() * m, k]);
-            let b2 = b.reshape([k, n]);
-            let p = Tensor::from_op(&self.device, Op::Matmul(flat.id, b2.id), Shape::from([batch.numel() * m, n]), dt);
-            record(p, &[&flat, &b2], |_| Rule::Matmul { a: flat.saved(), b: b2.saved() }).reshape(with([m, n]))
-        } else {
-            let a = a.expand(with([m, k]));
-            let b = b.expand(with([k, n]));
-            let p = Tensor::from_op(&self.device, Op::Matmul(a.id, b.id), with([m, n]), dt);
-            record(p, &[&a, &b], |_| Rule::Matmul { a: a.saved(), b: b.saved() })
-        };
+        let product =
+            if let Some(parts) = (batch.numel() == 1).then(|| split_k(&self.device, (m, k, n), &a, &b)).flatten() {
+                // Few output tiles over a long k (a weight's gradient, `x^T g`): k is cut into `parts` slices whose
+                // products run side by side as a batch, then summed. Both cuts are views.
+                let a3 = a.reshape([m, k]).reshape([m, parts, k / parts]).permute([1, 0, 2]);
+                let b3 = b.reshape([k, n]).reshape([parts, k / parts, n]);
+                a3.matmul(&b3).sum(0).reshape(with([m, n]))
+            } else if batch_b.numel() == 1 && batch.ndim() > 0 && a.is_contiguous() && batch_a == batch {
+                let flat = a.reshape([batch.numel() * m, k]);
+                let b2 = b.reshape([k, n]);
+                let p = Tensor::from_op(
+                    &self.device,
+                    Op::Matmul(flat.id, b2.id, Tri::Full),
+                    Shape::from([batch.numel() * m, n]),
+                    dt,
+                );
+                record(p, &[&flat, &b2], |_| Rule::Matmul { a: flat.saved(), b: b2.saved(), tri: Tri::Full })
+                    .reshape(with([m, n]))
+            } else {
+                let a = a.expand(with([m, k]));
+                let b = b.expand(with([k, n]));
+                let p = Tensor::from_op(&self.device, Op::Matmul(a.id, b.id, Tri::Full), with([m, n]), dt);
+                record(p, &[&a, &b], |_| Rule::Matmul { a: a.saved(), b: b.saved(), tri: Tri::Full })
+            };
         let mut out = product;
         if rhs.ndim() == 1 {
             out = out.squeeze(-1);
@@ -111,6 +117,41 @@ impl Tensor {
             out = out.squeeze(if rhs.ndim() == 1 { -1 } else { -2 });
         }
         Ok(out)
+    }
+}
+
+impl Tensor {
+    /// The batched product of `self` (`[..., m, k]`) and `rhs` (`[..., k, n]`) keeping triangle `tri` of each batch
+    /// matrix ([`Tri`]): what causal attention's products are built from, skipping the blocks its mask zeroes. The
+    /// batch axes broadcast; both operands are float matrices of one type (the caller's to ensure). Public for the
+    /// tests, which check every mode against the reference interpreter.
+    ///
+    /// # Panics
+    /// If an operand has fewer than 2 axes, the inner sizes differ, the batch axes cannot broadcast or an operand is
+    /// not float.
+    #[doc(hidden)]
+    #[track_caller]
+    pub fn matmul_tri(&self, rhs: &Tensor, tri: Tri) -> Tensor {
+        if tri == Tri::Full {
+            return self.matmul(rhs);
+        }
+        let (da, db) = (self.shape.dims(), rhs.shape.dims());
+        let (ra, rb) = (da.len(), db.len());
+        assert!(ra >= 2 && rb >= 2 && da[ra - 1] == db[rb - 2], "matmul_tri: shapes {} and {}", self.shape, rhs.shape);
+        let batch = Shape::from(&da[..ra - 2])
+            .broadcast(&Shape::from(&db[..rb - 2]))
+            .unwrap_or_else(|| panic!("matmul_tri: batch axes of {} and {} cannot broadcast", self.shape, rhs.shape));
+        let with = |tail: [usize; 2]| -> Shape {
+            let mut d = batch.dims().to_vec();
+            d.extend(tail);
+            Shape::from(d)
+        };
+        let dt = self.dtype.promote(rhs.dtype).expect("matmul_tri: float operands");
+        let (m, k, n) = (da[ra - 2], da[ra - 1], db[rb - 1]);
+        let a = self.cast_to(dt).expand(with([m, k]));
+        let b = rhs.cast_to(dt).expand(with([k, n]));
+        let p = Tensor::from_op(&self.device, Op::Matmul(a.id, b.id, tri), with([m, n]), dt);
+        record(p, &[&a, &b], |_| Rule::Matmul { a: a.saved(), b: b.saved(), tri })
     }
 }
 

@@ -566,6 +566,60 @@ op_table! {
     }
 }
 
+/// Which triangle of each batch matrix a product keeps (the third operand of a matmul node), so that causal
+/// attention's products skip the blocks its mask zeroes instead of computing them and throwing them away. With row
+/// `i` and column `j` of the output and step `p` of k:
+/// - `Full`: `sum_p a[i, p] * b[p, j]`, the plain product;
+/// - `OutLower` / `OutUpper`: that sum where `j <= i` (`j >= i`), 0 elsewhere;
+/// - `ALower` / `AUpper`: `sum_p a[i, p] * b[p, j]` over the steps `p <= i` (`p >= i`) alone, as if `a` were 0
+///   past its diagonal.
+///
+/// The set is closed under differentiation (each mode's operand gradients are products of these modes), so a
+/// backward pass keeps the skipping. Where a dropped element of A meets a NaN or infinity in B, the sums above
+/// leave it out but a kernel that drops whole blocks and zeroes A inside the diagonal block may not (it computes
+/// `0 * NaN` there, as fused attention kernels do): only finite operands are compared with the reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Tri {
+    #[default]
+    Full,
+    OutLower,
+    OutUpper,
+    ALower,
+    AUpper,
+}
+
+impl Tri {
+    /// Whether output `(i, j)` is computed (otherwise it is 0).
+    pub fn keeps_out(self, i: usize, j: usize) -> bool {
+        match self {
+            Tri::OutLower => j <= i,
+            Tri::OutUpper => j >= i,
+            _ => true,
+        }
+    }
+
+    /// Whether `a[i, p]` takes part in the product (otherwise it counts as 0).
+    pub fn keeps_a(self, i: usize, p: usize) -> bool {
+        match self {
+            Tri::ALower => p <= i,
+            Tri::AUpper => p >= i,
+            _ => true,
+        }
+    }
+
+    /// Its number in kernels' constants: 0 for none, 1 for the lower triangle, 2 for the upper, on the output and
+    /// on A (`(out, a)`).
+    pub fn codes(self) -> (u32, u32) {
+        match self {
+            Tri::Full => (0, 0),
+            Tri::OutLower => (1, 0),
+            Tri::OutUpper => (2, 0),
+            Tri::ALower => (0, 1),
+            Tri::AUpper => (0, 2),
+        }
+    }
+}
+
 /// Reductions along one axis. Each folds with an associative combine from its identity; the order of folding is
 /// fixed per backend (a tree), so results are deterministic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -4,7 +4,7 @@
 use crate::dtype::{Class, DType};
 use crate::element::Element;
 use crate::graph::{Graph, NodeId, Op};
-use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, ReduceOp, Tri, UnaryOp};
 use crate::schedule::toposort::toposort;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
@@ -63,7 +63,7 @@ pub fn reduce(lanes: &[u32], dt: DType, shape: &Shape, op: ReduceOp, axis: usize
 
 /// The batched matrix product of `a` (`[..., m, k]`) and `b` (`[..., k, n]`, the same batch axes), float lanes,
 /// accumulated in `f64` and rounded once to `dt`: the exact side of every matmul tolerance.
-pub fn matmul(a: &[u32], b: &[u32], sa: &Shape, sb: &Shape, dt: DType) -> Vec<u32> {
+pub fn matmul(a: &[u32], b: &[u32], sa: &Shape, sb: &Shape, dt: DType, tri: Tri) -> Vec<u32> {
     let (da, db) = (sa.dims(), sb.dims());
     let r = da.len();
     let (m, k, n) = (da[r - 2], da[r - 1], db[r - 1]);
@@ -74,7 +74,8 @@ pub fn matmul(a: &[u32], b: &[u32], sa: &Shape, sb: &Shape, dt: DType) -> Vec<u3
         let (a, b) = (&a[bi * m * k..], &b[bi * k * n..]);
         for i in 0..m {
             for j in 0..n {
-                let dot = (0..k).map(|p| f(a[i * k + p]) * f(b[p * n + j])).sum::<f64>();
+                let kept = (0..k).filter(|&p| tri.keeps_a(i, p) && tri.keeps_out(i, j));
+                let dot = kept.map(|p| f(a[i * k + p]) * f(b[p * n + j])).sum::<f64>();
                 out.push(dt.round(dot as f32).to_bits());
             }
         }
@@ -201,7 +202,9 @@ pub(crate) fn interpret(graph: &Graph, roots: &[NodeId], mut values: HashMap<Nod
             Op::View(view, a) => gather(&values[a], view),
             Op::Contiguous(a) => values[a].clone(),
             Op::Reduce(op, a, axis) => reduce(&values[a], dt, &graph.node(*a).shape, *op, *axis),
-            Op::Matmul(a, b) => matmul(&values[a], &values[b], &graph.node(*a).shape, &graph.node(*b).shape, dt),
+            Op::Matmul(a, b, tri) => {
+                matmul(&values[a], &values[b], &graph.node(*a).shape, &graph.node(*b).shape, dt, *tri)
+            }
             Op::Gather(src, index, axis) => {
                 let (sshape, itype) = (&graph.node(*src).shape, graph.node(*index).dtype);
                 gather_along(&values[src], sshape, &values[index], itype, shape, *axis)

@@ -1,7 +1,7 @@
 //! The derivative rules: for each recorded op, its inputs' gradients from its output's, written once as lazy ops.
 
 use super::tape::Rule;
-use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, ReduceOp, Tri, UnaryOp};
 use crate::shape::Shape;
 use crate::tensor::Tensor;
 use smallvec::{smallvec, SmallVec};
@@ -129,7 +129,31 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         // gradient computed in its source's layout, `(g^T a)^T` rather than `a^T g`: the source's consumers (an
         // optimizer's update, the stack of an attention's q, k and v gradients) then read the product at their own
         // index, in 16-byte vectors, and join its epilogue instead of starting a kernel of their own.
-        Rule::Matmul { a, b } => smallvec![
+        // A triangular product's gradients are triangular products too (`Tri`'s modes are closed under this), the
+        // mask moved onto A of each: with L the kept triangle, `y = L(a b)` gives `da = L(g) b^T` and
+        // `db^T = L(g)^T a`, `y = (L a) b` gives `da = L(g b^T)` and `db = (L a)^T g`.
+        Rule::Matmul { a, b, tri } if *tri != Tri::Full => {
+            let lower = matches!(tri, Tri::OutLower | Tri::ALower);
+            let pick = |l: Tri, u: Tri| if lower { l } else { u };
+            if matches!(tri, Tri::OutLower | Tri::OutUpper) {
+                smallvec![
+                    need(0).then(|| g.matmul_tri(&b.t(), pick(Tri::ALower, Tri::AUpper))),
+                    need(1).then(|| g.t().matmul_tri(a, pick(Tri::AUpper, Tri::ALower)).t()),
+                ]
+            } else {
+                smallvec![
+                    need(0).then(|| {
+                        if a.is_transposed() {
+                            b.matmul_tri(&g.t(), pick(Tri::OutUpper, Tri::OutLower)).t()
+                        } else {
+                            g.matmul_tri(&b.t(), pick(Tri::OutLower, Tri::OutUpper))
+                        }
+                    }),
+                    need(1).then(|| a.t().matmul_tri(g, pick(Tri::AUpper, Tri::ALower))),
+                ]
+            }
+        }
+        Rule::Matmul { a, b, .. } => smallvec![
             need(0).then(|| if a.is_transposed() { b.matmul(&g.t()).t() } else { g.matmul(&b.t()) }),
             need(1).then(|| if b.is_transposed() { g.t().matmul(a).t() } else { a.t().matmul(g) }),
         ],

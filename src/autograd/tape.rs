@@ -54,8 +54,8 @@ pub(crate) enum Rule {
     Identity,
     /// A fold along `axis`, kept with extent 1: `y = op(x)`.
     Reduce { op: ReduceOp, axis: usize, x: Tensor, y: Tensor },
-    /// The matrix product node over equal batch axes.
-    Matmul { a: Tensor, b: Tensor },
+    /// The matrix product node over equal batch axes, keeping triangle `tri`.
+    Matmul { a: Tensor, b: Tensor, tri: crate::op::Tri },
     /// `softmax(axis)` with output `y`.
     Softmax { axis: usize, y: Tensor },
     /// `log_softmax(axis)` with output `y`.

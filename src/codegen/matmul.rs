@@ -4,9 +4,11 @@
 
 use super::emit::Emitter;
 use super::matmul_stores::{store_functions, stores};
+use super::matmul_tri;
 use super::{param, Target};
 use crate::dtype::DType;
 use crate::kernel::{Access, Instr, Kernel, Kind, Matmul, ViewRef, COOP_BK};
+use crate::op::Tri;
 use std::fmt::Write;
 
 const SKELETON: &str = include_str!("../../kernels/matmul.wgsl");
@@ -56,6 +58,7 @@ pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
         && k.types[mm.b] == DType::F16
         && coop_layout(mm.tile.bm, mm.tile.bn).is_some()
         && coop_bytes(mm) <= COOP_WORKGROUP_BYTES
+        && mm.tri == Tri::Full
 }
 
 /// Whether tiled kernel `k` stores its outputs 4 columns at a time ([`Matmul::quad`]; not the tensor-core or thin
@@ -122,6 +125,10 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
              const VA: bool = {};\nconst VB: bool = {};\n",
             t.bm, t.bn, t.bk, t.tm, t.tn, mm.a_along_k, mm.b_along_k, mm.even, mm.vec_a, mm.vec_b
         );
+        if mm.tri != Tri::Full {
+            let (out, a) = mm.tri.codes();
+            let _ = writeln!(e.out, "const TRI_OUT: u32 = {out}u;\nconst TRI_A: u32 = {a}u;");
+        }
     }
     let (row, col) = (rank - 2, rank - 1);
     // Batch coordinates: set once per workgroup, read by every load and store.
@@ -169,7 +176,8 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         }
         e.out.push_str(&THIN_SKELETON.replace("/*STORES*/", &puts));
     } else {
-        e.out.push_str(&SKELETON.replace("/*STORES*/", &stores(mm.tile, store4)));
+        let skeleton = matmul_tri::specialise(SKELETON, mm.tri);
+        e.out.push_str(&skeleton.replace("/*STORES*/", &stores(mm.tile, store4, mm.tri.codes().0 != 0)));
     }
     let Emitter { b, out, .. } = e;
     b.finish(&out)
@@ -401,7 +409,7 @@ mod tests {
         };
         let a = data(&mut g, m, k, a_transposed);
         let b = data(&mut g, k, n, b_transposed);
-        let p = g.add(Op::Matmul(a, b), Shape::from([m, n]), DType::F16);
+        let p = g.add(Op::Matmul(a, b, Tri::Full), Shape::from([m, n]), DType::F16);
         let out = g.add(Op::Unary(UnaryOp::Relu, p), Shape::from([m, n]), DType::F16);
         let opts = Options::TEST;
         let kernels = plan(&g, &[out], &opts).kernels;

@@ -9,8 +9,10 @@ use std::fmt::Write;
 /// compiler (580) left it rolled when the epilogue was long (a GELU with its pre-activation also stored), indexing
 /// `acc` at run time, which moved it out of registers and ran the whole product at 2.3 TFLOP/s instead of 25.
 /// With `store4` (packed or vector outputs), each thread's 4 neighbouring columns go to it together, which writes
-/// whole words or vectors.
-pub(super) fn stores(tile: crate::kernel::MatmulTile, store4: bool) -> String {
+/// whole words or vectors. Where the product keeps one triangle of its output (`masked`), each value passes through
+/// the skeleton's `keep` (`keep4`) first, which zeroes the other.
+pub(super) fn stores(tile: crate::kernel::MatmulTile, store4: bool, masked: bool) -> String {
+    let keep = |name: &str, value: String| if masked { format!("{name}(row, col, {value})") } else { value };
     let (rm, rn) = (tile.tm / 4, tile.tn / 4);
     let mut out = String::new();
     for s in 0..rm {
@@ -30,7 +32,8 @@ pub(super) fn stores(tile: crate::kernel::MatmulTile, store4: bool) -> String {
                     let _ = writeln!(
                         out,
                         "            {{ let col = n0 + {q}u * (BN / RN) + tx * 4u; \
-                         store4(row, col, (base_a + row) * size.y + col, acc[{at}]); }}"
+                         store4(row, col, (base_a + row) * size.y + col, {}); }}",
+                        keep("keep4", format!("acc[{at}]"))
                     );
                     continue;
                 }
@@ -38,7 +41,8 @@ pub(super) fn stores(tile: crate::kernel::MatmulTile, store4: bool) -> String {
                     let _ = writeln!(
                         out,
                         "            {{ let col = n0 + {q}u * (BN / RN) + tx * 4u + {c}u; if (col < size.y) {{ \
-                         store(row, col, (base_a + row) * size.y + col, acc[{at}][{c}]); }} }}"
+                         store(row, col, (base_a + row) * size.y + col, {}); }} }}",
+                        keep("keep", format!("acc[{at}][{c}]"))
                     );
                 }
             }

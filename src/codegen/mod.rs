@@ -9,6 +9,7 @@ mod emit;
 mod helpers;
 mod matmul;
 mod matmul_stores;
+mod matmul_tri;
 mod online;
 pub(crate) use matmul::COOP_WORKGROUP_BYTES;
 #[cfg(test)]

@@ -1,5 +1,8 @@
 //! Stateless neural-network functions, as `torch.nn.functional`: each is a composition of tensor ops.
 
+use crate::error::{Error, Result};
+use crate::op::Tri;
+use crate::shape::Shape;
 use crate::tensor::Tensor;
 
 /// The rows of `weight` (`[n, dim]`) at the `I32`/`U32` indices `idx` (any shape): `[idx.., dim]`, as
@@ -100,4 +103,87 @@ pub fn layer_norm(x: &Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>, ep
         y += b;
     }
     y
+}
+
+/// Attention, as `torch.nn.functional.scaled_dot_product_attention` without a mask or dropout:
+/// `softmax(q k^T / sqrt(E)) v` over queries `q` `[..., L, E]`, keys `k` `[..., S, E]` and values `v`
+/// `[..., S, Ev]`, giving `[..., L, Ev]`; the batch axes broadcast. With `is_causal`, query `i` attends to keys
+/// `j <= i` alone (PyTorch's `tril` mask, aligned at the top left).
+///
+/// Causal attention's products skip the blocks above the diagonal that the mask zeroes (about a third of their
+/// work at 256 positions), in the forward and the backward pass alike. The values are those of
+/// `(q.matmul(&k.transpose(-2, -1)) / sqrt(E)).masked_fill(&future, -inf).softmax(-1).matmul(&v)`, except where a
+/// value past query `i` is NaN or infinite: whether that reaches row `i` depends on the block it falls in (as with
+/// PyTorch's fused kernels; the composition multiplies it by a weight of 0, which spreads it to every row).
+///
+/// # Panics
+/// If an input is not a float tensor of at least 2 axes, `q` and `k` differ in `E`, `k` and `v` in `S`, the batch
+/// axes do not broadcast, or the inputs live on different devices; [`try_scaled_dot_product_attention`] returns the
+/// error instead.
+///
+/// # Examples
+/// ```no_run
+/// use lazor::{nn::functional::scaled_dot_product_attention, Tensor};
+/// let q = Tensor::ones([2, 3, 4]);
+/// let v = Tensor::from_vec((0..24).map(|x| x as f32).collect(), [2, 3, 4]);
+/// let y = scaled_dot_product_attention(&q, &q, &v, true);
+/// assert_eq!(y.narrow(1, 0, 1).to_vec(), vec![0.0, 1.0, 2.0, 3.0, 12.0, 13.0, 14.0, 15.0]);
+/// ```
+#[track_caller]
+pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, is_causal: bool) -> Tensor {
+    crate::ops::ok(try_scaled_dot_product_attention(q, k, v, is_causal))
+}
+
+/// [`scaled_dot_product_attention`], returning an error instead of panicking.
+///
+/// # Errors
+/// [`Error::BadArgument`] for an input with fewer than 2 axes, [`Error::ShapeMismatch`] naming both shapes where
+/// `q` and `k` differ in `E`, `k` and `v` in `S`, or batch axes do not broadcast, [`Error::DType`] for an input
+/// that is not float, [`Error::DeviceMismatch`] across devices.
+pub fn try_scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, is_causal: bool) -> Result<Tensor> {
+    let op = "scaled_dot_product_attention";
+    q.device().check_same(k.device(), op)?;
+    q.device().check_same(v.device(), op)?;
+    for t in [q, k, v] {
+        if t.ndim() < 2 {
+            return Err(Error::BadArgument {
+                op,
+                message: "queries, keys and values need at least 2 axes ([..., positions, features])".into(),
+                shape: t.shape.clone(),
+            });
+        }
+        if !t.dtype().is_float() {
+            return Err(Error::DType { op, message: format!("inputs must be float tensors, not {}", t.dtype()) });
+        }
+    }
+    let last = |t: &Tensor, back: usize| t.shape()[t.ndim() - back];
+    let mismatch = |what: &str, a: &Tensor, b: &Tensor| Error::ShapeMismatch {
+        op,
+        message: what.into(),
+        lhs: a.shape.clone(),
+        rhs: b.shape.clone(),
+    };
+    if last(q, 1) != last(k, 1) {
+        return Err(mismatch("queries and keys differ in their last axis (features)", q, k));
+    }
+    if last(k, 2) != last(v, 2) {
+        return Err(mismatch("keys and values differ in their second last axis (positions)", k, v));
+    }
+    let batch = |t: &Tensor| Shape::from(&t.shape()[..t.ndim() - 2]);
+    for (a, b) in [(q, k), (q, v), (k, v)] {
+        if batch(a).broadcast(&batch(b)).is_none() {
+            return Err(mismatch("batch axes cannot be broadcast together", a, b));
+        }
+    }
+    let scale = 1.0 / (last(q, 1) as f32).sqrt();
+    let keys = k.transpose(-2, -1);
+    if !is_causal {
+        return Ok((q.matmul(&keys) * scale).softmax(-1).matmul(v));
+    }
+    let (l, s) = (last(q, 2), last(k, 2));
+    let dev = q.device();
+    let future = (Tensor::arange_on(s, dev).reshape([1, s]) - Tensor::arange_on(l, dev).reshape([l, 1])).gt(0);
+    let scores = q.matmul_tri(&keys, Tri::OutLower) * scale;
+    let att = scores.masked_fill(&future, f32::NEG_INFINITY).softmax(-1);
+    Ok(att.matmul_tri(v, Tri::ALower))
 }

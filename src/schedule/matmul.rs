@@ -8,7 +8,7 @@ use super::reduce::{lower_fold, Fold};
 use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
 use crate::kernel::{Instr, Kernel, Kind, Matmul, MatmulTile, MatmulTiles, Thin};
-use crate::op::{BinaryOp, ReduceOp};
+use crate::op::{BinaryOp, ReduceOp, Tri};
 use crate::shape::Shape;
 use crate::view::View;
 
@@ -54,13 +54,14 @@ pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, tiles: &M
 pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let graph = cx.graph;
     let mm = cx.grp.members[0];
-    let Op::Matmul(a, b) = graph.node(mm).op else { unreachable!("a matmul group starts with its product") };
+    let Op::Matmul(a, b, tri) = graph.node(mm).op else { unreachable!("a matmul group starts with its product") };
     let out = graph.node(mm).shape.clone();
     let r = out.ndim();
     let (m, n) = (out.dims()[r - 2], out.dims()[r - 1]);
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());
     let k = sa.dims()[r - 1];
-    let thin = if m.min(n) <= THIN {
+    // A triangular product runs tiled whatever its shape: only the tiled kernel skips blocks and masks.
+    let thin = if m.min(n) <= THIN && tri == Tri::Full {
         match thin_kernel(graph, (a, b), (m, k, n), out.numel() / (m * n).max(1), &cx.tiles) {
             None => return matrix_vector(cx),
             thin => thin,
@@ -132,6 +133,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
         vec_b,
         octets_a,
         octets_b,
+        tri,
     });
     Ok(vec![l.k])
 }
@@ -256,7 +258,7 @@ fn pick(shape: &Shape, domain: &[usize], axes: &[Option<usize>]) -> View {
 /// stages (the reduce path's chunks), so the GPU fills.
 fn matrix_vector(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let graph = cx.graph;
-    let Op::Matmul(a, b) = graph.node(cx.grp.members[0]).op else {
+    let Op::Matmul(a, b, _) = graph.node(cx.grp.members[0]).op else {
         unreachable!("a matmul group starts with its product")
     };
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());

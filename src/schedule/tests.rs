@@ -4,7 +4,7 @@ use super::*;
 use crate::dtype::DType;
 use crate::graph::build::{bin, data, fold, scalar, un};
 use crate::kernel::Instr;
-use crate::op::{BinaryOp, UnaryOp};
+use crate::op::{BinaryOp, Tri, UnaryOp};
 use crate::shape::Shape;
 use crate::view::View;
 
@@ -165,7 +165,7 @@ fn kernels_of_one_structure_share_a_pipeline_key() {
 fn matmul(g: &mut Graph, m: usize, k: usize, n: usize) -> (NodeId, NodeId, NodeId) {
     let x = data(g, &[m, k]);
     let w = data(g, &[k, n]);
-    let p = g.add(Op::Matmul(x, w), Shape::from([m, n]), DType::F32);
+    let p = g.add(Op::Matmul(x, w, Tri::Full), Shape::from([m, n]), DType::F32);
     (x, w, p)
 }
 
@@ -241,7 +241,7 @@ fn every_blocking_compiles_on_every_fetch_path() {
                             Shape::from([n, k]),
                             DType::F32,
                         );
-                        g.add(Op::Matmul(wt, xt), Shape::from([n, m]), DType::F32)
+                        g.add(Op::Matmul(wt, xt, Tri::Full), Shape::from([n, m]), DType::F32)
                     } else {
                         p
                     };
@@ -275,7 +275,7 @@ fn operands_of_even_products_are_fetched_as_aligned_quads() {
     let mut g = Graph::default();
     let x = data(&mut g, &[2048, 64]);
     let xt = view(&mut g, x, View::contiguous(&Shape::from([2048, 64])).permute(&[1, 0]));
-    let p = g.add(Op::Matmul(x, xt), Shape::from([2048, 2048]), DType::F32);
+    let p = g.add(Op::Matmul(x, xt, Tri::Full), Shape::from([2048, 2048]), DType::F32);
     assert_eq!(flags(&g, p), (true, true, vec![true]));
     // A starts one element into its buffer: its quads would not be 16-byte aligned, so A goes element by element
     // and B, another buffer, still by quads.
@@ -285,7 +285,7 @@ fn operands_of_even_products_are_fetched_as_aligned_quads() {
     v.offset = 1;
     let a = view(&mut g, x, v);
     let w = data(&mut g, &[64, 2048]);
-    let p = g.add(Op::Matmul(a, w), Shape::from([2048, 2048]), DType::F32);
+    let p = g.add(Op::Matmul(a, w, Tri::Full), Shape::from([2048, 2048]), DType::F32);
     assert_eq!(flags(&g, p), (false, true, vec![false, true]));
     let Kind::Matmul(mm) = plan(&g, &[p], &FUSE).kernels[0].kind else { panic!("a product") };
     assert_eq!(mm.tile, crate::kernel::MatmulTiles::TUNED.large, "one operand by quads: the 8-deep large tile");
@@ -293,7 +293,7 @@ fn operands_of_even_products_are_fetched_as_aligned_quads() {
     let mut g = Graph::default();
     let (x, w, _) = matmul(&mut g, 2048, 64, 2048);
     let rx = un(&mut g, UnaryOp::Relu, x);
-    let p = g.add(Op::Matmul(rx, w), Shape::from([2048, 2048]), DType::F32);
+    let p = g.add(Op::Matmul(rx, w, Tri::Full), Shape::from([2048, 2048]), DType::F32);
     assert_eq!(flags(&g, p), (false, true, vec![false, true]));
 }
 
@@ -308,7 +308,7 @@ fn f16_operands_are_whole_octets_only_where_every_octet_is_aligned() {
         v.offset = offset as isize;
         let a = g.add(Op::View(v, x), Shape::from([1024, k]), DType::F16);
         let w = g.add(Op::Data(vec![0; k * 512]), Shape::from([k, 1024]), DType::F16);
-        let p = g.add(Op::Matmul(a, w), Shape::from([1024, 1024]), DType::F16);
+        let p = g.add(Op::Matmul(a, w, Tri::Full), Shape::from([1024, 1024]), DType::F16);
         let Kind::Matmul(mm) = plan(&g, &[p], &FUSE).kernels[0].kind else { panic!("a product") };
         (mm.octets_a, mm.octets_b)
     };
@@ -326,7 +326,7 @@ fn matmul_takes_its_epilogue_and_cheap_prologues() {
     let (x, w, _) = matmul(&mut g, 64, 32, 48);
     let bias = data(&mut g, &[48]);
     let rx = g.add(Op::Unary(UnaryOp::Relu, x), Shape::from([64, 32]), DType::F32);
-    let p = g.add(Op::Matmul(rx, w), Shape::from([64, 48]), DType::F32);
+    let p = g.add(Op::Matmul(rx, w, Tri::Full), Shape::from([64, 48]), DType::F32);
     let y = bin(&mut g, BinaryOp::Add, p, bias);
     let y = g.add(Op::Unary(UnaryOp::Gelu, y), Shape::from([64, 48]), DType::F32);
     let pl = plan(&g, &[y], &FUSE);
@@ -342,7 +342,7 @@ fn matmul_takes_its_epilogue_and_cheap_prologues() {
     for op in [UnaryOp::Exp, UnaryOp::Sin, UnaryOp::Cos] {
         heavy = g.add(Op::Unary(op, heavy), Shape::from([64, 32]), DType::F32);
     }
-    let p = g.add(Op::Matmul(heavy, w), Shape::from([64, 48]), DType::F32);
+    let p = g.add(Op::Matmul(heavy, w, Tri::Full), Shape::from([64, 48]), DType::F32);
     let pl = plan(&g, &[p], &FUSE);
     assert_eq!(pl.kernels.len(), 2);
     assert_eq!(pl.kernels[0].kind, crate::kernel::Kind::Elementwise);
@@ -355,7 +355,7 @@ fn a_reshape_of_the_product_joins_its_epilogue() {
     let w = data(&mut g, &[2, 24, 32]);
     let cols = data(&mut g, &[2, 32, 36]);
     let bias = data(&mut g, &[24, 1]);
-    let p = g.add(Op::Matmul(w, cols), Shape::from([2, 24, 36]), DType::F32);
+    let p = g.add(Op::Matmul(w, cols, Tri::Full), Shape::from([2, 24, 36]), DType::F32);
     let y = bin(&mut g, BinaryOp::Add, p, bias);
     let image = Shape::from([2, 24, 6, 6]);
     let v = g.add(Op::View(View::contiguous(&image), y), image.clone(), DType::F32);
@@ -413,9 +413,9 @@ fn thin_products_with_enough_work_hold_the_narrow_side_in_registers() {
     let w = data(&mut g, &[10, 1024]);
     let grad = data(&mut g, &[4096, 10]);
     let (wt, gt) = (t(&mut g, w), t(&mut g, grad));
-    let fwd = g.add(Op::Matmul(h, wt), Shape::from([4096, 10]), DType::F32);
+    let fwd = g.add(Op::Matmul(h, wt, Tri::Full), Shape::from([4096, 10]), DType::F32);
     assert_eq!(thin_of(&g, fwd), Some(Thin { columns: true, team: true, narrow: 10 }), "A's rows walked by teams");
-    let dw = g.add(Op::Matmul(gt, h), Shape::from([10, 1024]), DType::F32);
+    let dw = g.add(Op::Matmul(gt, h, Tri::Full), Shape::from([10, 1024]), DType::F32);
     assert_eq!(thin_of(&g, dw), None, "4 workgroups of columns: a fold (the API cuts k first)");
     // Cut into 64 slices of k, as `Tensor::matmul` does: B's columns walked by a thread each.
     let g3 = {
@@ -426,22 +426,22 @@ fn thin_products_with_enough_work_hold_the_narrow_side_in_registers() {
     };
     let h3 =
         g.add(Op::View(View::contiguous(&Shape::from([64, 64, 1024])), h), Shape::from([64, 64, 1024]), DType::F32);
-    let dw3 = g.add(Op::Matmul(g3, h3), Shape::from([64, 10, 1024]), DType::F32);
+    let dw3 = g.add(Op::Matmul(g3, h3, Tri::Full), Shape::from([64, 10, 1024]), DType::F32);
     assert_eq!(thin_of(&g, dw3), Some(Thin { columns: false, team: false, narrow: 10 }));
     // The input gradient's transpose, `h^T @ g`, and a product whose wide operand is contiguous along k.
     let ht = t(&mut g, h);
     let g64 = data(&mut g, &[4096, 16]);
-    let dh = g.add(Op::Matmul(ht, g64), Shape::from([1024, 16]), DType::F32);
+    let dh = g.add(Op::Matmul(ht, g64, Tri::Full), Shape::from([1024, 16]), DType::F32);
     assert_eq!(thin_of(&g, dh), None, "4 workgroups");
     let big = data(&mut g, &[8192, 4096]);
     let bigt = t(&mut g, big);
     let few = data(&mut g, &[3, 4096]);
-    let rows_team = g.add(Op::Matmul(few, bigt), Shape::from([3, 8192]), DType::F32);
+    let rows_team = g.add(Op::Matmul(few, bigt, Tri::Full), Shape::from([3, 8192]), DType::F32);
     assert_eq!(thin_of(&g, rows_team), Some(Thin { columns: false, team: true, narrow: 3 }));
     let tall = data(&mut g, &[4096, 32768]);
     let tallt = t(&mut g, tall);
     let x = data(&mut g, &[4096, 3]);
-    let cols_walk = g.add(Op::Matmul(tallt, x), Shape::from([32768, 3]), DType::F32);
+    let cols_walk = g.add(Op::Matmul(tallt, x, Tri::Full), Shape::from([32768, 3]), DType::F32);
     assert_eq!(thin_of(&g, cols_walk), Some(Thin { columns: true, team: false, narrow: 3 }));
 }
 
@@ -465,7 +465,7 @@ fn a_product_reading_a_row_fold_is_not_a_phase_of_its_rows_kernel() {
     let w = data(&mut g, &[48, 48]);
     let m = fold(&mut g, crate::op::ReduceOp::Max, x, 1);
     let scaled = bin(&mut g, BinaryOp::Mul, x, m);
-    let p = g.add(Op::Matmul(scaled, w), Shape::from([32, 48]), DType::F32);
+    let p = g.add(Op::Matmul(scaled, w, Tri::Full), Shape::from([32, 48]), DType::F32);
     let d = bin(&mut g, BinaryOp::Sub, x, m);
     let out = bin(&mut g, BinaryOp::Add, d, p);
     let pl = plan(&g, &[out], &FUSE);
@@ -669,11 +669,11 @@ fn a_reshaped_expensive_operand_is_stored_at_its_source_not_copied() {
     let flat = Shape::from([64, 32]);
     let v = g.add(Op::View(View::contiguous(&g.node(y).shape.clone()).reshape(&flat).unwrap(), y), flat, DType::F32);
     let w = data(&mut g, &[32, 48]);
-    let out = g.add(Op::Matmul(v, w), Shape::from([64, 48]), DType::F32);
+    let out = g.add(Op::Matmul(v, w, Tri::Full), Shape::from([64, 48]), DType::F32);
     let vt = View::contiguous(&Shape::from([64, 32])).permute(&[1, 0]);
     let t = g.add(Op::View(vt, v), Shape::from([32, 64]), DType::F32);
     let d = data(&mut g, &[64, 48]);
-    let grad = g.add(Op::Matmul(t, d), Shape::from([32, 48]), DType::F32);
+    let grad = g.add(Op::Matmul(t, d, Tri::Full), Shape::from([32, 48]), DType::F32);
     let p = plan(&g, &[out, grad], &FUSE);
     let kinds: Vec<String> = p.kernels.iter().map(|k| k.name()).collect();
     assert_eq!(p.kernels.len(), 3, "the rows kernel, then the two products: no copy of its view: {kinds:?}");
@@ -692,7 +692,7 @@ fn a_reshaped_expensive_operand_is_stored_at_its_source_not_copied() {
     };
     let v = g.add(Op::View(part, y), Shape::from([32, 32]), DType::F32);
     let w = data(&mut g, &[32, 48]);
-    let out = g.add(Op::Matmul(v, w), Shape::from([32, 48]), DType::F32);
+    let out = g.add(Op::Matmul(v, w, Tri::Full), Shape::from([32, 48]), DType::F32);
     let p = plan(&g, &[out], &FUSE);
     assert_eq!(p.kernels[0].shape.dims(), &[32, 32], "the 32 rows read, not all 64");
 }
@@ -710,7 +710,7 @@ fn an_operand_view_wanted_itself_is_stored_once() {
     let flat = Shape::from([64, 32]);
     let v = g.add(Op::View(View::contiguous(&g.node(y).shape.clone()).reshape(&flat).unwrap(), y), flat, DType::F32);
     let w = data(&mut g, &[32, 48]);
-    let out = g.add(Op::Matmul(v, w), Shape::from([64, 48]), DType::F32);
+    let out = g.add(Op::Matmul(v, w, Tri::Full), Shape::from([64, 48]), DType::F32);
     let p = plan(&g, &[out, v], &FUSE);
     let names: Vec<String> = p.kernels.iter().map(|k| k.name()).collect();
     assert_eq!(p.kernels.len(), 2, "{names:?}");

@@ -155,11 +155,17 @@ pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
         product.fill(0.0);
     } else {
         let (da, db) = (domain([m, inner]), domain([inner, n]));
-        let (a_values, b_values);
-        let a = match strided(k, 0..mm.a_end, &da, inputs) {
+        let (mut a_values, b_values);
+        // A whose triangle is kept is evaluated and its other triangle zeroed: gemm then computes the product of
+        // what is kept.
+        let masked_a = mm.tri.codes().1 != 0;
+        let a = match strided(k, 0..mm.a_end, &da, inputs).filter(|_| !masked_a) {
             Some(a) => a,
             None => {
                 a_values = evaluate(k, 0..mm.a_end, mm.a, &da, inputs);
+                if masked_a {
+                    keep_triangle(&mut a_values, m, inner, |i, p| mm.tri.keeps_a(i, p));
+                }
                 Operand::contiguous(&a_values, m, inner, batches)
             }
         };
@@ -172,9 +178,21 @@ pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
         };
         multiply(&a, &b, product, m, n, inner);
     }
+    if mm.tri.codes().0 != 0 {
+        keep_triangle(product, m, n, |i, j| mm.tri.keeps_out(i, j));
+    }
     if !direct {
         let values: Vec<usize> = k.outputs.iter().map(|&(_, v)| v).collect();
         map::map(k, mm.b_end..k.body.len(), inputs, &values, &k.out_types, outputs, Some(&scratch));
+    }
+}
+
+/// Zeroes the elements `(i, j)` of batch matrices of `rows` x `cols` (row-major, one after another) that `keeps`
+/// drops.
+fn keep_triangle(values: &mut [f32], rows: usize, cols: usize, keeps: impl Fn(usize, usize) -> bool) {
+    for (line, row) in values.chunks_mut(cols.max(1)).enumerate() {
+        let i = line % rows.max(1);
+        row.iter_mut().enumerate().filter(|(j, _)| !keeps(i, *j)).for_each(|(_, x)| *x = 0.0);
     }
 }
 

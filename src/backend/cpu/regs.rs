@@ -223,7 +223,7 @@ mod tests {
     use crate::dtype::DType;
     use crate::graph::build::{bin, data, fold, scalar, un};
     use crate::graph::{Graph, NodeId, Op};
-    use crate::op::{ReduceOp, UnaryOp};
+    use crate::op::{ReduceOp, Tri, UnaryOp};
     use crate::schedule::{plan, Options};
     use crate::shape::Shape;
     use std::ops::Range;
@@ -403,7 +403,7 @@ mod tests {
         let tv = crate::view::View::contiguous(&Shape::from([64, 300])).permute(&[1, 0]);
         let t = g.add(Op::View(tv, y), Shape::from([300, 64]), DType::F32);
         let t = un(&mut g, UnaryOp::Exp, t);
-        let prod = g.add(Op::Matmul(ones, t), Shape::from([5, 64]), DType::F32);
+        let prod = g.add(Op::Matmul(ones, t, Tri::Full), Shape::from([5, 64]), DType::F32);
         let relu = un(&mut g, UnaryOp::Relu, prod);
         let mut kinds = Vec::new();
         for out in [softmax, both, relu] {
