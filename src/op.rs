@@ -571,6 +571,7 @@ op_table! {
 /// `i` and column `j` of the output and step `p` of k:
 /// - `Full`: `sum_p a[i, p] * b[p, j]`, the plain product;
 /// - `OutLower` / `OutUpper`: that sum where `j <= i` (`j >= i`), 0 elsewhere;
+/// - `Causal`: that sum where `j <= i`, -inf elsewhere (a causal mask's scores, which a softmax takes as they are);
 /// - `ALower` / `AUpper`: `sum_p a[i, p] * b[p, j]` over the steps `p <= i` (`p >= i`) alone, as if `a` were 0
 ///   past its diagonal.
 ///
@@ -584,6 +585,7 @@ pub enum Tri {
     Full,
     OutLower,
     OutUpper,
+    Causal,
     ALower,
     AUpper,
 }
@@ -592,9 +594,18 @@ impl Tri {
     /// Whether output `(i, j)` is computed (otherwise it is 0).
     pub fn keeps_out(self, i: usize, j: usize) -> bool {
         match self {
-            Tri::OutLower => j <= i,
+            Tri::OutLower | Tri::Causal => j <= i,
             Tri::OutUpper => j >= i,
             _ => true,
+        }
+    }
+
+    /// What a dropped output holds: -inf for [`Tri::Causal`], else 0.
+    pub fn fill(self) -> f32 {
+        if self == Tri::Causal {
+            f32::NEG_INFINITY
+        } else {
+            0.0
         }
     }
 
@@ -607,13 +618,14 @@ impl Tri {
         }
     }
 
-    /// Its number in kernels' constants: 0 for none, 1 for the lower triangle, 2 for the upper, on the output and
-    /// on A (`(out, a)`).
+    /// Its number in kernels' constants: 0 for none, 1 for the lower triangle, 2 for the upper, on the output (3
+    /// for the lower one filled with -inf) and on A (`(out, a)`).
     pub fn codes(self) -> (u32, u32) {
         match self {
             Tri::Full => (0, 0),
             Tri::OutLower => (1, 0),
             Tri::OutUpper => (2, 0),
+            Tri::Causal => (3, 0),
             Tri::ALower => (0, 1),
             Tri::AUpper => (0, 2),
         }

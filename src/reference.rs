@@ -74,7 +74,11 @@ pub fn matmul(a: &[u32], b: &[u32], sa: &Shape, sb: &Shape, dt: DType, tri: Tri)
         let (a, b) = (&a[bi * m * k..], &b[bi * k * n..]);
         for i in 0..m {
             for j in 0..n {
-                let kept = (0..k).filter(|&p| tri.keeps_a(i, p) && tri.keeps_out(i, j));
+                if !tri.keeps_out(i, j) {
+                    out.push(dt.round(tri.fill()).to_bits());
+                    continue;
+                }
+                let kept = (0..k).filter(|&p| tri.keeps_a(i, p));
                 let dot = kept.map(|p| f(a[i * k + p]) * f(b[p * n + j])).sum::<f64>();
                 out.push(dt.round(dot as f32).to_bits());
             }

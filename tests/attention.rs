@@ -86,7 +86,7 @@ fn causal_attention_gradients_match_the_masked_composition() {
 /// masked operand (or masked after), with its gradients, on tile edges and past them, operands transposed or not.
 #[test]
 fn triangular_products_keep_their_triangle() {
-    let modes = [Tri::OutLower, Tri::OutUpper, Tri::ALower, Tri::AUpper];
+    let modes = [Tri::OutLower, Tri::OutUpper, Tri::Causal, Tri::ALower, Tri::AUpper];
     for dev in devices() {
         let mut rng = Rng::new(13);
         for (batch, m, k, n) in [(1, 7, 9, 5), (3, 150, 140, 70), (2, 64, 256, 130), (2, 300, 100, 300)] {
@@ -103,6 +103,7 @@ fn triangular_products_keep_their_triangle() {
                         match mode {
                             Tri::OutLower => (cols(n) - rows(m)).le(0).where_cond(a.matmul(b), 0.0),
                             Tri::OutUpper => (cols(n) - rows(m)).ge(0).where_cond(a.matmul(b), 0.0),
+                            Tri::Causal => (cols(n) - rows(m)).le(0).where_cond(a.matmul(b), f32::NEG_INFINITY),
                             Tri::ALower => (cols(k) - rows(m)).le(0).where_cond(a, 0.0).matmul(b),
                             Tri::AUpper => (cols(k) - rows(m)).ge(0).where_cond(a, 0.0).matmul(b),
                             Tri::Full => unreachable!(),

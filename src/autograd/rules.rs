@@ -133,9 +133,10 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         // mask moved onto A of each: with L the kept triangle, `y = L(a b)` gives `da = L(g) b^T` and
         // `db^T = L(g)^T a`, `y = (L a) b` gives `da = L(g b^T)` and `db = (L a)^T g`.
         Rule::Matmul { a, b, tri } if *tri != Tri::Full => {
-            let lower = matches!(tri, Tri::OutLower | Tri::ALower);
+            // `Causal` is `OutLower` with -inf where it drops: a constant there, so the same gradients.
+            let lower = matches!(tri, Tri::OutLower | Tri::Causal | Tri::ALower);
             let pick = |l: Tri, u: Tri| if lower { l } else { u };
-            if matches!(tri, Tri::OutLower | Tri::OutUpper) {
+            if matches!(tri, Tri::OutLower | Tri::OutUpper | Tri::Causal) {
                 smallvec![
                     need(0).then(|| g.matmul_tri(&b.t(), pick(Tri::ALower, Tri::AUpper))),
                     need(1).then(|| g.t().matmul_tri(a, pick(Tri::AUpper, Tri::ALower)).t()),

@@ -21,15 +21,20 @@ fn keep_a(gr: u32, gk: u32, x: f32) -> f32 {
 fn keep4_a(gr: u32, gk: u32, v: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(keep_a(gr, gk, v.x), keep_a(gr + 1u, gk, v.y), keep_a(gr + 2u, gk, v.z), keep_a(gr + 3u, gk, v.w));
 }
-// An output's value, 0 outside the triangle TRI_OUT keeps (the stores pass every value through these).
+// An output's value, fill() outside the triangle TRI_OUT keeps (the stores pass every value through these): 0, or
+// -inf for 3 (the lower triangle of a causal mask's scores).
+fn fill() -> f32 {
+    if (TRI_OUT == 3u) { return bitcast<f32>(0xff800000u); }
+    return 0.0;
+}
 fn keep(r: u32, c: u32, x: f32) -> f32 {
-    return select(x, 0.0, (TRI_OUT == 1u && c > r) || (TRI_OUT == 2u && c < r));
+    return select(x, fill(), (TRI_OUT != 2u && c > r) || (TRI_OUT == 2u && c < r));
 }
 fn keep4(r: u32, c: u32, v: vec4<f32>) -> vec4<f32> {
     let cs = vec4<u32>(c) + vec4<u32>(0u, 1u, 2u, 3u);
     let rs = vec4<u32>(r);
-    if (TRI_OUT == 1u) { return select(v, vec4<f32>(0.0), (cs > rs)); }
-    return select(v, vec4<f32>(0.0), (cs < rs));
+    if (TRI_OUT == 2u) { return select(v, vec4<f32>(fill()), (cs < rs)); }
+    return select(v, vec4<f32>(fill()), (cs > rs));
 }
 ";
 
@@ -41,7 +46,7 @@ const RANGE: &str = "
     var k_hi = size.z;
     if (TRI_A == 1u) { k_hi = min(size.z, m0 + BM); }
     if (TRI_A == 2u) { k_lo = m0 / BK * BK; }
-    if ((TRI_OUT == 1u && n0 >= m0 + BM) || (TRI_OUT == 2u && n0 + BN <= m0)) { k_hi = 0u; }
+    if ((TRI_OUT % 2u == 1u && n0 >= m0 + BM) || (TRI_OUT == 2u && n0 + BN <= m0)) { k_hi = 0u; }
     if (k_lo >= k_hi) { k_lo = 0u; k_hi = 0u; }
 ";
 
@@ -136,7 +141,7 @@ mod tests {
 
     #[test]
     fn triangular_kernels_are_valid_wgsl_and_full_ones_are_the_skeleton_as_written() {
-        let modes = [Tri::OutLower, Tri::OutUpper, Tri::ALower, Tri::AUpper];
+        let modes = [Tri::OutLower, Tri::OutUpper, Tri::Causal, Tri::ALower, Tri::AUpper];
         for shape in [(4, 256, 64, 256), (3, 70, 33, 12), (2, 8, 256, 64)] {
             for transposed in [false, true] {
                 let full = product(Tri::Full, shape, transposed);
@@ -147,7 +152,7 @@ mod tests {
                     assert!(src.contains("for (var k0 = k_lo; k0 < k_hi; k0 += BK)"), "{tri:?} {shape:?}");
                     // Outputs pass through `keep` only where the output keeps a triangle, A's staging through
                     // `keep_a` only where A does.
-                    let out = matches!(tri, Tri::OutLower | Tri::OutUpper);
+                    let out = matches!(tri, Tri::OutLower | Tri::OutUpper | Tri::Causal);
                     assert_eq!(
                         src.contains("store4(row, col, (base_a + row) * size.y + col, keep4(")
                             || src.contains("col, keep(row, col,"),

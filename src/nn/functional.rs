@@ -180,10 +180,9 @@ pub fn try_scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, is_c
     if !is_causal {
         return Ok((q.matmul(&keys) * scale).softmax(-1).matmul(v));
     }
-    let (l, s) = (last(q, 2), last(k, 2));
-    let dev = q.device();
-    let future = (Tensor::arange_on(s, dev).reshape([1, s]) - Tensor::arange_on(l, dev).reshape([l, 1])).gt(0);
-    let scores = q.matmul_tri(&keys, Tri::OutLower) * scale;
-    let att = scores.masked_fill(&future, f32::NEG_INFINITY).softmax(-1);
-    Ok(att.matmul_tri(v, Tri::ALower))
+    // The scores come out of their product masked (-inf past the diagonal), so the softmax reads them as they are:
+    // with the mask computed from coordinates in the softmax's kernel instead (`masked_fill`), that kernel ran at
+    // 2244 GB/s against 2829 over nanoGPT's scores on the H200, -0.1 ms a step.
+    let scores = q.matmul_tri(&keys, Tri::Causal) * scale;
+    Ok(scores.softmax(-1).matmul_tri(v, Tri::ALower))
 }

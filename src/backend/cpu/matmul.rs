@@ -164,7 +164,7 @@ pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             None => {
                 a_values = evaluate(k, 0..mm.a_end, mm.a, &da, inputs);
                 if masked_a {
-                    keep_triangle(&mut a_values, m, inner, |i, p| mm.tri.keeps_a(i, p));
+                    keep_triangle(&mut a_values, m, inner, 0.0, |i, p| mm.tri.keeps_a(i, p));
                 }
                 Operand::contiguous(&a_values, m, inner, batches)
             }
@@ -179,7 +179,7 @@ pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
         multiply(&a, &b, product, m, n, inner);
     }
     if mm.tri.codes().0 != 0 {
-        keep_triangle(product, m, n, |i, j| mm.tri.keeps_out(i, j));
+        keep_triangle(product, m, n, mm.tri.fill(), |i, j| mm.tri.keeps_out(i, j));
     }
     if !direct {
         let values: Vec<usize> = k.outputs.iter().map(|&(_, v)| v).collect();
@@ -187,12 +187,12 @@ pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     }
 }
 
-/// Zeroes the elements `(i, j)` of batch matrices of `rows` x `cols` (row-major, one after another) that `keeps`
-/// drops.
-fn keep_triangle(values: &mut [f32], rows: usize, cols: usize, keeps: impl Fn(usize, usize) -> bool) {
+/// Sets the elements `(i, j)` of batch matrices of `rows` x `cols` (row-major, one after another) that `keeps`
+/// drops to `fill`.
+fn keep_triangle(values: &mut [f32], rows: usize, cols: usize, fill: f32, keeps: impl Fn(usize, usize) -> bool) {
     for (line, row) in values.chunks_mut(cols.max(1)).enumerate() {
         let i = line % rows.max(1);
-        row.iter_mut().enumerate().filter(|(j, _)| !keeps(i, *j)).for_each(|(_, x)| *x = 0.0);
+        row.iter_mut().enumerate().filter(|(j, _)| !keeps(i, *j)).for_each(|(_, x)| *x = fill);
     }
 }
 
