@@ -135,6 +135,7 @@ impl Tensor {
         if tri == Tri::Full {
             return self.matmul(rhs);
         }
+        crate::ops::ok(self.device.check_same(&rhs.device, "matmul_tri"));
         let (da, db) = (self.shape.dims(), rhs.shape.dims());
         let (ra, rb) = (da.len(), db.len());
         assert!(ra >= 2 && rb >= 2 && da[ra - 1] == db[rb - 2], "matmul_tri: shapes {} and {}", self.shape, rhs.shape);
@@ -146,7 +147,7 @@ impl Tensor {
             d.extend(tail);
             Shape::from(d)
         };
-        let dt = self.dtype.promote(rhs.dtype).expect("matmul_tri: float operands");
+        let dt = self.dtype.promote(rhs.dtype).filter(|d| d.is_float()).expect("matmul_tri: float operands");
         let (m, k, n) = (da[ra - 2], da[ra - 1], db[rb - 1]);
         let a = self.cast_to(dt).expand(with([m, k]));
         let b = rhs.cast_to(dt).expand(with([k, n]));

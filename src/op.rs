@@ -600,6 +600,19 @@ impl Tri {
         }
     }
 
+    /// The multiply-adds an `m x k x n` product keeping this triangle counts: every one for the full product, the
+    /// kept outputs' or kept elements of A's for the others (what a profile's rate is worked out from).
+    pub fn products(self, m: usize, k: usize, n: usize) -> u64 {
+        let rows = |kept: &dyn Fn(usize) -> usize| (0..m).map(|i| kept(i) as u64).sum::<u64>();
+        match self {
+            Tri::Full => (m * k * n) as u64,
+            Tri::OutLower | Tri::Causal => rows(&|i| (i + 1).min(n)) * k as u64,
+            Tri::OutUpper => rows(&|i| n - i.min(n)) * k as u64,
+            Tri::ALower => rows(&|i| (i + 1).min(k)) * n as u64,
+            Tri::AUpper => rows(&|i| k - i.min(k)) * n as u64,
+        }
+    }
+
     /// What a dropped output holds: -inf for [`Tri::Causal`], else 0.
     pub fn fill(self) -> f32 {
         if self == Tri::Causal {

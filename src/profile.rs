@@ -23,7 +23,7 @@ impl Run {
                 let d = kernel.shape.dims();
                 let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
                 let batch = kernel.shape.numel() / (m * n).max(1);
-                2 * (batch * m * n) as u64 * u64::from(kernel.params[mm.k_at])
+                2 * batch as u64 * mm.tri.products(m, kernel.params[mm.k_at] as usize, n)
             }
             _ => 0,
         };

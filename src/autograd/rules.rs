@@ -129,9 +129,9 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         // gradient computed in its source's layout, `(g^T a)^T` rather than `a^T g`: the source's consumers (an
         // optimizer's update, the stack of an attention's q, k and v gradients) then read the product at their own
         // index, in 16-byte vectors, and join its epilogue instead of starting a kernel of their own.
-        // A triangular product's gradients are triangular products too (`Tri`'s modes are closed under this), the
-        // mask moved onto A of each: with L the kept triangle, `y = L(a b)` gives `da = L(g) b^T` and
-        // `db^T = L(g)^T a`, `y = (L a) b` gives `da = L(g b^T)` and `db = (L a)^T g`.
+        // A triangular product's gradients are triangular products too (`Tri`'s modes are closed under this): with
+        // L the kept triangle, `y = L(a b)` gives `da = L(g) b^T` and `db^T = L(g)^T a` (masks on A), `y = (L a) b`
+        // gives `da = L(g b^T)` (a mask on the output) and `db = (L a)^T g` (on A).
         Rule::Matmul { a, b, tri } if *tri != Tri::Full => {
             // `Causal` is `OutLower` with -inf where it drops: a constant there, so the same gradients.
             let lower = matches!(tri, Tri::OutLower | Tri::Causal | Tri::ALower);

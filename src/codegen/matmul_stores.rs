@@ -10,7 +10,7 @@ use std::fmt::Write;
 /// `acc` at run time, which moved it out of registers and ran the whole product at 2.3 TFLOP/s instead of 25.
 /// With `store4` (packed or vector outputs), each thread's 4 neighbouring columns go to it together, which writes
 /// whole words or vectors. Where the product keeps one triangle of its output (`masked`), each value passes through
-/// the skeleton's `keep` (`keep4`) first, which zeroes the other.
+/// the skeleton's `keep` (`keep4`) first, which fills the other (0, or -inf for `Tri::Causal`).
 pub(super) fn stores(tile: crate::kernel::MatmulTile, store4: bool, masked: bool) -> String {
     let keep = |name: &str, value: String| if masked { format!("{name}(row, col, {value})") } else { value };
     let (rm, rn) = (tile.tm / 4, tile.tn / 4);

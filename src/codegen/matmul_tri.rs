@@ -1,5 +1,5 @@
 //! The tiled skeleton specialised for a triangular product ([`Tri`]): the block's steps of k bounded by the triangle
-//! kept, A's dropped elements fetched as 0, and the output's dropped triangle stored as 0.
+//! kept, A's dropped elements staged as 0, and the output's dropped triangle stored as 0 (-inf for `Causal`).
 //!
 //! Full products use the skeleton as written: these edits apply only where a triangle is kept, so the kernels that
 //! have been tuned compile from exactly the text they were tuned with (with the same edits guarded by constants, the

@@ -113,8 +113,9 @@ pub fn layer_norm(x: &Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>, ep
 /// Causal attention's products skip the blocks above the diagonal that the mask zeroes (about a third of their
 /// work at 256 positions), in the forward and the backward pass alike. The values are those of
 /// `(q.matmul(&k.transpose(-2, -1)) / sqrt(E)).masked_fill(&future, -inf).softmax(-1).matmul(&v)`, except where a
-/// value past query `i` is NaN or infinite: whether that reaches row `i` depends on the block it falls in (as with
-/// PyTorch's fused kernels; the composition multiplies it by a weight of 0, which spreads it to every row).
+/// value past query `i` is NaN or infinite: whether that reaches row `i` depends on the block it falls in on a GPU
+/// (as with PyTorch's fused kernels), and it does on the CPU backend, as in the composition, which multiplies it by
+/// a weight of 0.
 ///
 /// # Panics
 /// If an input is not a float tensor of at least 2 axes, `q` and `k` differ in `E`, `k` and `v` in `S`, the batch
