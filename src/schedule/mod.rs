@@ -234,7 +234,7 @@ fn plan_ordered(
         }
     }
 
-    let mut kernels = kernels;
+    let mut kernels = by_depth(kernels);
     donate(seen, donors, &mut slots.slots, &mut kernels);
 
     // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.
@@ -261,6 +261,30 @@ fn plan_ordered(
         empty,
         nodes: order.len(),
     }
+}
+
+/// `kernels` (in an order where each reads only what earlier ones write) ordered by their depth in the graph of
+/// what reads what, stably: a kernel goes right after the last of the kernels it reads, so kernels that do not
+/// depend on each other sit side by side and the GPU runs them together (a layer's weight gradient beside the
+/// gradient of its input, which the depth-first order put at the end of the backward pass). On the H200 nanoGPT's
+/// step went from 37.56 / 37.73 to 37.19 / 37.18 ms; two independent products in one realize take 3-4% less
+/// than one after the other. Buffers' lifetimes are planned on this order.
+fn by_depth(kernels: Vec<Kernel>) -> Vec<Kernel> {
+    let mut writer: FastMap<usize, usize> = FastMap::default();
+    for (i, k) in kernels.iter().enumerate() {
+        for &(s, _) in &k.outputs {
+            writer.entry(s).or_insert(i);
+        }
+    }
+    let mut depth = vec![0usize; kernels.len()];
+    for (i, k) in kernels.iter().enumerate() {
+        let reads = k.inputs.iter().filter_map(|(s, _)| writer.get(s)).filter(|&&w| w < i);
+        depth[i] = reads.map(|&w| depth[w] + 1).max().unwrap_or(0);
+    }
+    let mut at: Vec<usize> = (0..kernels.len()).collect();
+    at.sort_by_key(|&i| depth[i]);
+    let mut slots: Vec<Option<Kernel>> = kernels.into_iter().map(Some).collect();
+    at.into_iter().map(|i| slots[i].take().expect("each kernel once")).collect()
 }
 
 /// The leaves of `order` whose buffers a realize of `outputs` may overwrite: buffers no handle and no node outside

@@ -782,3 +782,29 @@ fn sibling_folds_of_the_same_rows_share_a_rows_kernel() {
     assert!(matches!(p.kernels[0].kind, crate::kernel::Kind::Rows { .. }));
     assert_eq!(p.kernels[0].inputs.len(), 2);
 }
+
+/// Kernels run in order of their depth among what reads what: a fold that depends on nothing else in the realize
+/// goes first, beside the other, though the outputs asked for it last (the depth-first order put it after the
+/// chain), and every kernel still comes after the kernels whose outputs it reads.
+#[test]
+fn independent_kernels_run_side_by_side() {
+    use crate::op::ReduceOp;
+    let mut g = Graph::default();
+    let (x, y) = (data(&mut g, &[64, 256]), data(&mut g, &[64, 256]));
+    let e = un(&mut g, UnaryOp::Exp, x);
+    let a = fold(&mut g, ReduceOp::Sum, e, 1);
+    let shifted = bin(&mut g, BinaryOp::Sub, e, a);
+    let b = fold(&mut g, ReduceOp::Max, shifted, 0);
+    let c = fold(&mut g, ReduceOp::Sum, y, 0);
+    let p = plan(&g, &[b, c], &Options { fuse: false, ..Options::TEST });
+    let written_by = |slot: usize| p.kernels.iter().position(|k| k.outputs.iter().any(|o| o.0 == slot));
+    for (i, k) in p.kernels.iter().enumerate() {
+        for &(s, _) in &k.inputs {
+            assert!(written_by(s).is_none_or(|w| w < i), "kernel {i} reads slot {s} before it is written");
+        }
+    }
+    let reads = |i: usize, node: NodeId| p.kernels[i].inputs.iter().any(|&(s, _)| p.slots[s].node == node);
+    let at = (0..p.kernels.len()).find(|&i| reads(i, y)).expect("a kernel reads y");
+    let exp_at = (0..p.kernels.len()).find(|&i| reads(i, x)).expect("a kernel reads x");
+    assert!(at <= 1 && exp_at <= 1, "the two kernels of depth 0 come first: y's at {at}, x's at {exp_at}");
+}
