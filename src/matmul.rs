@@ -138,16 +138,21 @@ impl Tensor {
         crate::ops::ok(self.device.check_same(&rhs.device, "matmul_tri"));
         let (da, db) = (self.shape.dims(), rhs.shape.dims());
         let (ra, rb) = (da.len(), db.len());
-        assert!(ra >= 2 && rb >= 2 && da[ra - 1] == db[rb - 2], "matmul_tri: shapes {} and {}", self.shape, rhs.shape);
-        let batch = Shape::from(&da[..ra - 2])
-            .broadcast(&Shape::from(&db[..rb - 2]))
-            .unwrap_or_else(|| panic!("matmul_tri: batch axes of {} and {} cannot broadcast", self.shape, rhs.shape));
+        assert!(
+            ra >= 2 && rb >= 2 && da[ra - 1] == db[rb - 2],
+            "lazor: matmul_tri: shapes {} and {}",
+            self.shape,
+            rhs.shape
+        );
+        let batch = Shape::from(&da[..ra - 2]).broadcast(&Shape::from(&db[..rb - 2])).unwrap_or_else(|| {
+            panic!("lazor: matmul_tri: batch axes of {} and {} cannot broadcast", self.shape, rhs.shape)
+        });
         let with = |tail: [usize; 2]| -> Shape {
             let mut d = batch.dims().to_vec();
             d.extend(tail);
             Shape::from(d)
         };
-        let dt = self.dtype.promote(rhs.dtype).filter(|d| d.is_float()).expect("matmul_tri: float operands");
+        let dt = self.dtype.promote(rhs.dtype).filter(|d| d.is_float()).expect("lazor: matmul_tri: float operands");
         let (m, k, n) = (da[ra - 2], da[ra - 1], db[rb - 1]);
         let a = self.cast_to(dt).expand(with([m, k]));
         let b = rhs.cast_to(dt).expand(with([k, n]));

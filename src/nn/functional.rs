@@ -110,7 +110,7 @@ pub fn layer_norm(x: &Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>, ep
 /// `[..., S, Ev]`, giving `[..., L, Ev]`; the batch axes broadcast. With `is_causal`, query `i` attends to keys
 /// `j <= i` alone (PyTorch's `tril` mask, aligned at the top left).
 ///
-/// Causal attention's products skip the blocks above the diagonal that the mask zeroes (about a third of their
+/// Causal attention's products skip the blocks above the diagonal that the mask zeroes (a quarter of their
 /// work at 256 positions), in the forward and the backward pass alike. The values are those of
 /// `(q.matmul(&k.transpose(-2, -1)) / sqrt(E)).masked_fill(&future, -inf).softmax(-1).matmul(&v)`, except where a
 /// value past query `i` is NaN or infinite: whether that reaches row `i` depends on the block it falls in on a GPU
