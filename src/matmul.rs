@@ -95,19 +95,9 @@ impl Tensor {
             } else if batch_b.numel() == 1 && batch.ndim() > 0 && a.is_contiguous() && batch_a == batch {
                 let flat = a.reshape([batch.numel() * m, k]);
                 let b2 = b.reshape([k, n]);
-                let p = Tensor::from_op(
-                    &self.device,
-                    Op::Matmul(flat.id, b2.id, Tri::Full),
-                    Shape::from([batch.numel() * m, n]),
-                    dt,
-                );
-                record(p, &[&flat, &b2], |_| Rule::Matmul { a: flat.saved(), b: b2.saved(), tri: Tri::Full })
-                    .reshape(with([m, n]))
+                product_node(&flat, &b2, Shape::from([batch.numel() * m, n]), Tri::Full).reshape(with([m, n]))
             } else {
-                let a = a.expand(with([m, k]));
-                let b = b.expand(with([k, n]));
-                let p = Tensor::from_op(&self.device, Op::Matmul(a.id, b.id, Tri::Full), with([m, n]), dt);
-                record(p, &[&a, &b], |_| Rule::Matmul { a: a.saved(), b: b.saved(), tri: Tri::Full })
+                product_node(&a.expand(with([m, k])), &b.expand(with([k, n])), with([m, n]), Tri::Full)
             };
         let mut out = product;
         if rhs.ndim() == 1 {
@@ -118,9 +108,7 @@ impl Tensor {
         }
         Ok(out)
     }
-}
 
-impl Tensor {
     /// The batched product of `self` (`[..., m, k]`) and `rhs` (`[..., k, n]`) keeping triangle `tri` of each batch
     /// matrix ([`Tri`]): what causal attention's products are built from, skipping the blocks its mask zeroes. The
     /// batch axes broadcast; both operands are float matrices of one type (the caller's to ensure). Public for the
@@ -154,11 +142,15 @@ impl Tensor {
         };
         let dt = self.dtype.promote(rhs.dtype).filter(|d| d.is_float()).expect("lazor: matmul_tri: float operands");
         let (m, k, n) = (da[ra - 2], da[ra - 1], db[rb - 1]);
-        let a = self.cast_to(dt).expand(with([m, k]));
-        let b = rhs.cast_to(dt).expand(with([k, n]));
-        let p = Tensor::from_op(&self.device, Op::Matmul(a.id, b.id, tri), with([m, n]), dt);
-        record(p, &[&a, &b], |_| Rule::Matmul { a: a.saved(), b: b.saved(), tri })
+        product_node(&self.cast_to(dt).expand(with([m, k])), &rhs.cast_to(dt).expand(with([k, n])), with([m, n]), tri)
     }
+}
+
+/// The product node of `a` and `b` (float, one type, equal batch axes) of shape `out`, keeping `tri`, with its
+/// derivative rule: what every path of `matmul` and `matmul_tri` ends in.
+fn product_node(a: &Tensor, b: &Tensor, out: Shape, tri: Tri) -> Tensor {
+    let p = Tensor::from_op(&a.device, Op::Matmul(a.id, b.id, tri), out, a.dtype);
+    record(p, &[a, b], |_| Rule::Matmul { a: a.saved(), b: b.saved(), tri })
 }
 
 /// How many slices of k a single `m x n x k` product on `device` is cut into, if any: where its output makes too few
