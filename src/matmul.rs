@@ -156,10 +156,10 @@ fn product_node(a: &Tensor, b: &Tensor, out: Shape, tri: Tri) -> Tensor {
 /// How many slices of k a single `m x n x k` product on `device` is cut into, if any: where its output makes too few
 /// workgroups to fill the GPU and k is long, enough slices (a power of two dividing k) for the slices' workgroups
 /// to fill it.
-/// - Tiled products: slices at least 512 deep, sized for the large tile. On the H200 a weight gradient
-///   `[384, 16384] x [16384, 384]` ran as 36 workgroups at 2.8 TFLOP/s; slices sized for the small tile ran
-///   nanoGPT's weight gradients at 18-24 TFLOP/s, sized for the large one at 22-26 (a training step 61-68 ms
-///   against 55). Among the counts that fill the GPU, the fewest rounds of workgroups ([`tiled_slices`]).
+/// - Tiled products (k at least 4096): slices at least 256 deep, sized for the large tile. On the H200 a weight
+///   gradient `[384, 16384] x [16384, 384]` ran as 36 workgroups at 2.8 TFLOP/s; slices sized for the small tile
+///   ran nanoGPT's weight gradients at 18-24 TFLOP/s, sized for the large one at 22-26 (a training step 61-68 ms
+///   against 55). The count is the one [`tiled_slices`] prices lowest.
 /// - Thin products (at most [`crate::schedule::THIN`] rows or columns; a 10-class layer's weight gradient, a
 ///   vector times a matrix) on the thin kernel's layout ([`crate::kernel::Thin`], chosen by the same rule as the
 ///   scheduler's): slices at least 64 deep where a thread walks k, 256 where a team does.
@@ -179,9 +179,9 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
         })?;
         (layout.groups(m, n, 1), if layout.team { 256 } else { 64 })
     } else {
-        (tiles.large.groups(m, n), 512)
+        (tiles.large.groups(m, n), TILED_DEPTH)
     };
-    if k < 8 * depth {
+    if k < 8 * depth.max(512) {
         return None;
     }
     let busy = tiles.min_large_groups;
@@ -192,7 +192,7 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
         let counts = slice_counts(k, depth);
         counts.clone().find(|&p| groups * p >= busy).or_else(|| counts.last()).unwrap_or(1)
     } else {
-        tiled_slices(groups, k, depth, busy)
+        tiled_slices(groups, k, m * n, busy)
     };
     // Slices too few for the scheduler's thin kernel (it wants half `min_large_groups`) would become a batched fold
     // plus a sum, slower than the one fold they replace.
@@ -200,21 +200,34 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
     (parts > 1 && thin_enough).then_some(parts)
 }
 
-/// Slices of k for a tiled product of `groups` large tiles over `k`, on a device that runs `busy` workgroups at
-/// once: 1 where the tiles alone fill the device. Otherwise, among the powers of two dividing `k` into slices at
-/// least `depth` deep that give at least `busy` workgroups (so the slices keep the large tile), the one whose
-/// rounds of `busy` workgroups, each as long as a slice, add up to the least; ties go to fewer slices (less to
-/// sum). A round is paid in full however few workgroups it holds: cut 8 ways, a `[1536, 384]` gradient's 36
-/// tiles make 288 workgroups, two rounds of a 2048-deep slice, where 32 ways make five rounds of 512. Where no
-/// count reaches `busy`, the most slices `depth` allows.
-fn tiled_slices(groups: usize, k: usize, depth: usize, busy: usize) -> usize {
+/// The shallowest slice of k a tiled product is cut into ([`split_k`]).
+const TILED_DEPTH: usize = 256;
+
+/// What a slice's partial output costs to sum, against one step of k of a round of large tiles: the sum reads
+/// each partial once (about 1.2 us per million on the H200), a round's step of k takes about 0.235 us.
+const SUM_PER_ELEMENT: f64 = 5.0e-6;
+
+/// Slices of k for a tiled product of `groups` large tiles over `k`, with `outputs` outputs, on a device that runs
+/// `busy` workgroups at once: 1 where the tiles alone fill the device. Otherwise the power of two dividing `k` into
+/// slices at least [`TILED_DEPTH`] deep whose price is lowest (ties to fewer slices): its rounds of `busy`
+/// workgroups, each as long as a slice, plus what summing its partials costs ([`SUM_PER_ELEMENT`]). A last round
+/// that is not full costs part of a full one: its workgroups run faster with fewer beside them, and in a long
+/// product they start staggered, so the part left empty is charged once over all the rounds. Fitted to nanoGPT's
+/// weight gradients on the H200 (`docs/notes/benchmarks-log.md`, 2026-11-29, fourth session), where it priced
+/// each product within 4% of its time: `[384, 384]` cut 32 ways (288 workgroups, 1.1 rounds) ran at 26.1
+/// TFLOP/s, 64 ways at 30.7; `[1152, 384]` 16 ways at 31.7, 64 ways at 35.4; `[1536, 384]` 32 and 64 ways at 37.1
+/// and 37.0, where the smaller sum decides.
+fn tiled_slices(groups: usize, k: usize, outputs: usize, busy: usize) -> usize {
     if groups >= busy {
         return 1;
     }
-    let counts = slice_counts(k, depth);
-    let rounds = |p: usize| (groups * p).div_ceil(busy) * (k / p);
-    let filling = counts.clone().filter(|&p| groups * p >= busy).min_by_key(|&p| (rounds(p), p));
-    filling.or_else(|| counts.last()).unwrap_or(1)
+    let price = |p: usize| {
+        let rounds = (groups * p) as f64 / busy as f64;
+        let whole = rounds.ceil();
+        (rounds + (whole - rounds) / whole) * (k / p) as f64 + SUM_PER_ELEMENT * (p * outputs) as f64
+    };
+    let counts = slice_counts(k, TILED_DEPTH);
+    counts.min_by(|&p, &q| price(p).total_cmp(&price(q)).then(p.cmp(&q))).unwrap_or(1)
 }
 
 /// The slice counts k can be cut into: powers of two from 2 that divide `k` into slices at least `depth` deep.
@@ -227,21 +240,23 @@ mod tests {
     use super::tiled_slices;
 
     #[test]
-    fn weight_gradients_are_cut_into_the_fewest_rounds_of_slices() {
-        // nanoGPT's MLP weight gradients: 36 large tiles over k = 16384 on a device running 256 at once. 8 slices
-        // (288 workgroups) would be two rounds of 2048; 32 are five rounds of 512.
-        assert_eq!(tiled_slices(36, 16384, 512, 256), 32);
-        // Its attention weights' 27 tiles: 16 and 32 slices both take 2048 (2 x 1024, 4 x 512): the fewer.
-        assert_eq!(tiled_slices(27, 16384, 512, 256), 16);
+    fn weight_gradients_are_cut_where_rounds_and_sums_cost_least() {
+        // nanoGPT's MLP weight gradients `[1536, 384]`: 36 large tiles over k = 16384 on a device running 256 at
+        // once. 32 slices (4.5 rounds of 512) and 64 (9 rounds of 256) take as long; 32 sum half as much.
+        assert_eq!(tiled_slices(36, 16384, 1536 * 384, 256), 32);
+        // Its attention weights' `[1152, 384]`: 27 tiles, where 16 slices are 1.7 rounds of 1024 and 64 are 6.75
+        // rounds of 256 (32 price within 0.01% of 64).
+        assert_eq!(tiled_slices(27, 16384, 1152 * 384, 256), 64);
+        // Its projection's `[384, 384]`: 9 tiles, 32 slices are 1.1 rounds, 64 are 2.25.
+        assert_eq!(tiled_slices(9, 16384, 384 * 384, 256), 64);
         // The MLP's [1024 x 1024] gradient: 64 tiles, 4 slices fill one round exactly.
-        assert_eq!(tiled_slices(64, 4096, 512, 256), 4);
-        // Slices stay at least `depth` deep, even where that leaves the device short of workgroups.
-        assert_eq!(tiled_slices(9, 4096, 512, 256), 8);
-        assert_eq!(tiled_slices(9, 16384, 512, 256), 32);
+        assert_eq!(tiled_slices(64, 4096, 1024 * 1024, 256), 4);
+        // Slices stay at least 256 deep, even where that leaves the device short of workgroups.
+        assert_eq!(tiled_slices(9, 4096, 384 * 384, 256), 16);
         // Enough tiles already, or k too short to cut: no slices.
-        assert_eq!(tiled_slices(256, 1 << 20, 512, 256), 1);
-        assert_eq!(tiled_slices(10, 1000, 512, 256), 1);
+        assert_eq!(tiled_slices(256, 1 << 20, 1 << 20, 256), 1);
+        assert_eq!(tiled_slices(10, 400, 1000, 256), 1);
         // k cut only by powers of two that divide it.
-        assert_eq!(tiled_slices(36, 2 * 4097, 512, 256), 2);
+        assert_eq!(tiled_slices(36, 2 * 4097, 1536 * 384, 256), 2);
     }
 }
