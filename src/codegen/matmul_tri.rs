@@ -134,6 +134,7 @@ mod tests {
             assert_eq!(kernels.len(), 1);
             let Kind::Matmul(mm) = kernels[0].kind else { panic!("a matmul kernel") };
             assert_eq!(mm.tri, tri);
+            assert_eq!(mm.tile, crate::kernel::MatmulTiles::TUNED.tri, "triangular products take the square tile");
             assert!(mm.thin.is_none(), "triangular products run tiled, thin shapes included");
         }
         generate(&kernels[0], &Target::default())

@@ -84,7 +84,8 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let (a_along_k, b_along_k) = (along_k(&l.k, 0..a_end, r - 1, r - 2), along_k(&l.k, a_end..b_end, r - 2, r - 1));
     let batch = out.numel() / (m * n);
     let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
-    let chosen = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, &tiles));
+    let chosen =
+        forced.unwrap_or_else(|| if tri == Tri::Full { choose_tile(m, n, batch, f16, &tiles) } else { tiles.tri });
     // Whether `tile`'s blocks, `bk` steps of k deep, cover the product exactly.
     let covers =
         |tile: MatmulTile, bk: u32| [(m, tile.bm), (n, tile.bn), (k, bk)].iter().all(|&(x, b)| x % b as usize == 0);
@@ -332,5 +333,7 @@ mod tests {
         assert_eq!(MatmulTiles::fitted(32768, 4).deep, tuned.deep);
         assert_eq!(MatmulTiles::fitted(16384, 4).deep, tuned.large);
         assert_eq!(tight.deep, tuned.small);
+        let t = tuned.tri;
+        assert!(t.workgroup_bytes() <= 16384 && t.bm * t.bn / (t.tm * t.tn) == crate::kernel::WORKGROUP_SIZE);
     }
 }
