@@ -181,7 +181,9 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
     } else {
         (tiles.large.groups(m, n), TILED_DEPTH)
     };
-    if k < 8 * depth.max(512) {
+    // A k of at least 8 slices: for tiled products 8 of 512 (4096), though a slice may then be as shallow as
+    // `TILED_DEPTH`.
+    if k < 8 * if thin { depth } else { 512 } {
         return None;
     }
     let busy = tiles.min_large_groups;
