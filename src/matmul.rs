@@ -181,12 +181,17 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
     } else {
         (tiles.large.groups(m, n), TILED_DEPTH)
     };
+    slices(thin, groups, depth, k, m * n, tiles.min_large_groups)
+}
+
+/// [`split_k`]'s count for a product of `outputs` outputs over `k` making `groups` workgroups (thin, or large tiles),
+/// cut into slices at least `depth` deep, on a device that runs `busy` workgroups at once.
+fn slices(thin: bool, groups: usize, depth: usize, k: usize, outputs: usize, busy: usize) -> Option<usize> {
     // A k of at least 8 slices: for tiled products 8 of 512 (4096), though a slice may then be as shallow as
     // `TILED_DEPTH`.
     if k < 8 * if thin { depth } else { 512 } {
         return None;
     }
-    let busy = tiles.min_large_groups;
     let parts = if groups >= busy {
         1
     } else if thin {
@@ -194,7 +199,7 @@ fn split_k(device: &crate::device::Device, (m, k, n): (usize, usize, usize), a: 
         let counts = slice_counts(k, depth);
         counts.clone().find(|&p| groups * p >= busy).or_else(|| counts.last()).unwrap_or(1)
     } else {
-        tiled_slices(groups, k, m * n, busy)
+        tiled_slices(groups, k, outputs, busy)
     };
     // Slices too few for the scheduler's thin kernel (it wants half `min_large_groups`) would become a batched fold
     // plus a sum, slower than the one fold they replace.
@@ -239,7 +244,20 @@ fn slice_counts(k: usize, depth: usize) -> impl Iterator<Item = usize> + Clone {
 
 #[cfg(test)]
 mod tests {
-    use super::tiled_slices;
+    use super::{slices, tiled_slices};
+
+    #[test]
+    fn thin_products_are_cut_from_shorter_k_than_tiled_ones() {
+        // A thin kernel walking k a thread at a time (slices 64 deep) is cut from k = 512, a team's (256 deep)
+        // from 2048; tiled products only from 4096, though their slices may be 256 deep.
+        assert_eq!(slices(true, 16, 64, 1024, 1024 * 10, 256), Some(16));
+        assert_eq!(slices(true, 16, 64, 256, 1024 * 10, 256), None);
+        assert_eq!(slices(true, 16, 256, 2048, 512 * 10, 256), Some(8));
+        assert_eq!(slices(false, 9, 256, 2048, 384 * 384, 256), None);
+        assert_eq!(slices(false, 9, 256, 4096, 384 * 384, 256), Some(16));
+        // Enough workgroups already: no cut.
+        assert_eq!(slices(false, 512, 256, 1 << 16, 4096 * 4096, 256), None);
+    }
 
     #[test]
     fn weight_gradients_are_cut_where_rounds_and_sums_cost_least() {
