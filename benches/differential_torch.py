@@ -417,6 +417,18 @@ def run_step(s, vals, dev):
     if op == "matmul":
         # Operands cast to the float type, products summed (exactly enough, in float64), rounded once.
         return round_to(torch.matmul(arg("x", out), arg("y", out)), out)
+    if op == "sdpa":
+        # In float64, rounded once. Causal: the scores masked with masked_fill (aligned at the top left), as lazor
+        # defines it: a key a query does not attend to never reaches it, NaN or not. PyTorch's own function adds
+        # the mask as a bias, so a NaN there reaches the query (its math path; its fused kernels skip whole blocks).
+        q, k, v = (arg(n, out) for n in ("q", "k", "v"))
+        if not s["causal"]:
+            return round_to(torch.nn.functional.scaled_dot_product_attention(q, k, v), out)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        length, keys = scores.shape[-2], scores.shape[-1]
+        kept = torch.ones(length, keys, dtype=torch.bool, device=scores.device).tril()
+        weights = torch.softmax(scores.masked_fill(~kept, float("-inf")), dim=-1)
+        return round_to(weights @ v, out)
     raise ValueError(f"unknown op {op}")
 
 
@@ -428,12 +440,12 @@ def describe(i, s):
         vals = s["values"]
         shown = ", ".join(str(v) for v in vals[:8]) + (", ..." if len(vals) > 8 else "")
         return f"t{i} = input {s['dtype']}{s['shape']} [{shown}]"
-    refs = [f"t{s[k]}" for k in ("c", "x", "a", "b", "y") if k in s and isinstance(s[k], int) and
+    refs = [f"t{s[k]}" for k in ("c", "x", "a", "b", "y", "q", "k", "v") if k in s and isinstance(s[k], int) and
             not (op == "transpose" and k in ("a", "b"))]
     if "xs" in s:
         refs = [f"t{j}" for j in s["xs"]]
     extra = {k: v for k, v in s.items()
-             if k not in ("op", "name", "out_shape", "out_dtype", "x", "y", "c", "xs")
+             if k not in ("op", "name", "out_shape", "out_dtype", "x", "y", "c", "xs", "q", "k", "v")
              and not (op == "where" and k in ("a", "b"))}
     args = ", ".join(refs + [f"{k}={v}" for k, v in extra.items()])
     name = f" {s['name']}" if "name" in s else ""

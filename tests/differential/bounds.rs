@@ -82,11 +82,26 @@ pub fn bound(step: &Step, r: &[Tensor], b: &[Tensor], ro: &Tensor, dt: DType, de
         }
         Step::Reduce { op, x, dim, keep } => reduce(*op, &r[*x], &b[*x], *dim, *keep, ro, dt),
         Step::Matmul { x, y } => {
-            let (ra, rb) = (r[*x].abs(), r[*y].abs());
-            let (ba, bb) = (&b[*x], &b[*y]);
             let k = if r[*x].ndim() == 1 { r[*x].shape()[0] } else { r[*x].shape()[r[*x].ndim() - 1] };
-            let mm = |p: &Tensor, q: &Tensor| p.matmul(q);
-            mm(&ra, bb) + mm(ba, &rb) + mm(ba, bb) + mm(&ra, &rb) * ((k as f32 + 2.0) * eps(dt)) + ulp(ro, dt)
+            product(&r[*x], &b[*x], &r[*y], &b[*y], k, dt) + ulp(ro, dt)
+        }
+        Step::Sdpa { q, k, v, causal } => {
+            // The scores, their softmax and its product with the values, each bounded as those steps are, on the
+            // reference's scores (computed here from its q and k; masked ones are -inf exactly).
+            let (rk, bk) = (r[*k].transpose(-2, -1), b[*k].transpose(-2, -1));
+            let e = rk.shape()[rk.ndim() - 2];
+            let scale = 1.0 / (e as f32).sqrt();
+            let mut scores = r[*q].matmul(&rk) * scale;
+            let mut bs = (product(&r[*q], &b[*q], &rk, &bk, e, dt) * scale) + ulp(&scores, dt);
+            if *causal {
+                let (l, s) = (scores.shape()[scores.ndim() - 2], scores.shape()[scores.ndim() - 1]);
+                let dropped = Tensor::ones_on([l, s], dev).tril(0).lt(0.5f32);
+                scores = scores.masked_fill(&dropped, f32::NEG_INFINITY);
+                bs = bs.masked_fill(&dropped, 0.0);
+            }
+            let p = scores.softmax(-1);
+            let bp = reduce(Red::Softmax, &scores, &bs, Some(-1), true, &p, dt);
+            product(&p, &bp, &r[*v], &b[*v], rk.shape()[rk.ndim() - 1], dt) + ulp(ro, dt)
         }
         // Views, copies and joins move values: the same view of the bounds.
         _ => apply(step, b, dev).expect("a view of the bounds"),
@@ -98,6 +113,13 @@ pub fn bound(step: &Step, r: &[Tensor], b: &[Tensor], ro: &Tensor, dt: DType, de
         return unsure(&ro.abs().ge(max / 4.0), &(out + ulp(ro, dt)));
     }
     out
+}
+
+/// The bound of the product `a b` over `k` terms (before its own rounding), from its operands' values and bounds.
+fn product(ra: &Tensor, ba: &Tensor, rb: &Tensor, bb: &Tensor, k: usize, dt: DType) -> Tensor {
+    let (ra, rb) = (ra.abs(), rb.abs());
+    let mm = |p: &Tensor, q: &Tensor| p.matmul(q);
+    mm(&ra, bb) + mm(ba, &rb) + mm(ba, bb) + mm(&ra, &rb) * ((k as f32 + 2.0) * eps(dt))
 }
 
 /// Whether the step computes new values (and so may round or overflow).
@@ -115,7 +137,7 @@ fn arithmetic(step: &Step) -> bool {
                 | UnaryOp::Sign
         ),
         Step::Binary { op, .. } => !op.is_compare() && !matches!(op, BinaryOp::Max | BinaryOp::Min),
-        Step::Scalar { .. } | Step::Powf { .. } | Step::Cast { .. } | Step::Matmul { .. } => true,
+        Step::Scalar { .. } | Step::Powf { .. } | Step::Cast { .. } | Step::Matmul { .. } | Step::Sdpa { .. } => true,
         Step::Reduce { op, .. } => !matches!(op, Red::Max | Red::Min | Red::Argmax | Red::Argmin),
         _ => false,
     }

@@ -184,6 +184,26 @@ fn propose(rng: &mut Rng, vals: &[Tensor], specials: bool) -> Step {
             let all = chance(rng, 0.2);
             Step::Reduce { op, x, dim: (!all).then(|| dim(rng)), keep: chance(rng, 0.3) }
         }
+        _ if t.dtype().is_float() && nd >= 2 && chance(rng, 0.25) => {
+            // Attention: keys of the queries' shape (or the queries themselves), values sharing the keys'
+            // positions; whether causal, and so whether the triangular products run.
+            let same = |shape: &[usize], dt: DType, keep: usize| -> Vec<usize> {
+                let s = shape.len();
+                let fits = |i: usize| {
+                    let o = vals[i].shape();
+                    vals[i].dtype() == dt
+                        && o.len() == s
+                        && o[..s - 2] == shape[..s - 2]
+                        && o[s - keep..] == shape[s - keep..]
+                };
+                (0..vals.len()).filter(|&i| fits(i)).collect()
+            };
+            let k = pick(rng, &same(&shape, t.dtype(), 1));
+            let key = vals[k].shape().to_vec();
+            let positions = same(&key, t.dtype(), 2);
+            let v = if chance(rng, 0.5) { k } else { pick(rng, &positions) };
+            Step::Sdpa { q: x, k, v, causal: chance(rng, 0.6) }
+        }
         _ => {
             // A product: find or make a right operand whose rows match this one's columns.
             let k = shape.last().copied().unwrap_or(1);

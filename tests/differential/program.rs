@@ -141,6 +141,13 @@ pub enum Step {
         x: usize,
         y: usize,
     },
+    /// `scaled_dot_product_attention(q, k, v, causal)`.
+    Sdpa {
+        q: usize,
+        k: usize,
+        v: usize,
+        causal: bool,
+    },
 }
 
 impl Step {
@@ -150,6 +157,7 @@ impl Step {
             Step::Input { .. } => vec![],
             Step::Binary { x, y, .. } | Step::Matmul { x, y } => vec![x, y],
             Step::Where { c, a, b } => vec![c, a, b],
+            Step::Sdpa { q, k, v, .. } => vec![q, k, v],
             Step::Cat { xs, .. } | Step::Stack { xs, .. } => xs.iter_mut().collect(),
             Step::Unary { x, .. }
             | Step::Scalar { x, .. }
@@ -252,6 +260,9 @@ pub fn apply(step: &Step, v: &[Tensor], dev: &Device) -> Result<Tensor> {
         Step::Stack { xs, dim } => Tensor::try_stack(&xs.iter().map(|&i| &v[i]).collect::<Vec<_>>(), *dim)?,
         Step::Reduce { op, x, dim, keep } => reduce(*op, &v[*x], *dim, *keep)?,
         Step::Matmul { x, y } => v[*x].try_matmul(&v[*y])?,
+        Step::Sdpa { q, k, v: w, causal } => {
+            lazor::nn::functional::try_scaled_dot_product_attention(&v[*q], &v[*k], &v[*w], *causal)?
+        }
     })
 }
 
@@ -481,6 +492,9 @@ pub fn to_rust(p: &Program) -> String {
                 }
             }
             Step::Matmul { x, y } => format!("t{x}.matmul(&t{y})"),
+            Step::Sdpa { q, k, v, causal } => {
+                format!("lazor::nn::functional::scaled_dot_product_attention(&t{q}, &t{k}, &t{v}, {causal})")
+            }
         };
         out.push_str(&format!("let t{i} = {line};\n"));
     }
