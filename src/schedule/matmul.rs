@@ -28,10 +28,14 @@ pub(crate) const THIN: usize = crate::kernel::THIN_SIDE;
 /// split-k weight gradients 6-8% faster, 4096^3 36.8 -> 37.5 TFLOP/s).
 const QUAD_MAX_K: usize = 384;
 
-/// The tile for a product of `batch` matrices of `m` x `n` outputs; `f16` when both operands are f16, which run on
-/// tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3 (H200, 110 and
-/// 118 TFLOP/s against 102 and 99 for 128 x 128; docs/matmul.md), at a cost of about 5% to the tiled kernel.
-pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, tiles: &MatmulTiles) -> MatmulTile {
+/// The tile for a product of `batch` matrices of `m` x `n` outputs keeping `tri`; `f16` when both operands are f16,
+/// which run on tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3
+/// (H200, 110 and 118 TFLOP/s against 102 and 99 for 128 x 128; docs/matmul.md), at a cost of about 5% to the
+/// tiled kernel. A triangular product takes the square `tri` tile whatever its shape ([`MatmulTiles::tri`]).
+pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, tri: Tri, tiles: &MatmulTiles) -> MatmulTile {
+    if tri != Tri::Full {
+        return tiles.tri;
+    }
     let busy = |tile: MatmulTile| tile.groups(m, n) * batch >= tiles.min_large_groups;
     if f16 && busy(tiles.wide) {
         return tiles.wide;
@@ -84,8 +88,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let (a_along_k, b_along_k) = (along_k(&l.k, 0..a_end, r - 1, r - 2), along_k(&l.k, a_end..b_end, r - 2, r - 1));
     let batch = out.numel() / (m * n);
     let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
-    let chosen =
-        forced.unwrap_or_else(|| if tri == Tri::Full { choose_tile(m, n, batch, f16, &tiles) } else { tiles.tri });
+    let chosen = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, tri, &tiles));
     // Whether `tile`'s blocks, `bk` steps of k deep, cover the product exactly.
     let covers =
         |tile: MatmulTile, bk: u32| [(m, tile.bm), (n, tile.bn), (k, bk)].iter().all(|&(x, b)| x % b as usize == 0);
@@ -314,16 +317,20 @@ mod tests {
     #[test]
     fn tiles_follow_the_backends_table() {
         let tuned = MatmulTiles::TUNED;
-        assert_eq!(choose_tile(4096, 4096, 1, false, &tuned), tuned.large);
-        assert_eq!(choose_tile(512, 512, 1, false, &tuned), tuned.small, "16 large workgroups do not fill the H200");
-        assert_eq!(choose_tile(4096, 4096, 1, true, &tuned), tuned.wide);
+        assert_eq!(choose_tile(4096, 4096, 1, false, Tri::Full, &tuned), tuned.large);
+        assert_eq!(
+            choose_tile(512, 512, 1, false, Tri::Full, &tuned),
+            tuned.small,
+            "16 large workgroups do not fill the H200"
+        );
+        assert_eq!(choose_tile(4096, 4096, 1, true, Tri::Full, &tuned), tuned.wide);
         // The attention's products over 64 columns (or rows) of a head take the thin tiles.
-        assert_eq!(choose_tile(256, 64, 384, false, &tuned), tuned.tall);
-        assert_eq!(choose_tile(64, 256, 384, false, &tuned), tuned.wide);
-        assert_eq!(choose_tile(256, 256, 384, false, &tuned), tuned.large);
+        assert_eq!(choose_tile(256, 64, 384, false, Tri::Full, &tuned), tuned.tall);
+        assert_eq!(choose_tile(64, 256, 384, false, Tri::Full, &tuned), tuned.wide);
+        assert_eq!(choose_tile(256, 256, 384, false, Tri::Full, &tuned), tuned.large);
         // A device busy with 4 workgroups takes large tiles where the H200 would not.
         let cpu = MatmulTiles::fitted(16384, 4);
-        assert_eq!(choose_tile(512, 512, 1, false, &cpu), cpu.large);
+        assert_eq!(choose_tile(512, 512, 1, false, Tri::Full, &cpu), cpu.large);
         // Too little workgroup memory for the large tiles: the small one stands in.
         let tight = MatmulTiles::fitted(4096, 256);
         assert_eq!((tight.large, tight.tall, tight.wide), (tuned.small, tuned.small, tuned.small));
