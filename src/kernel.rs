@@ -411,6 +411,11 @@ pub struct Kernel {
     /// bind the buffer once, as the output, and read the input from there (the CPU backend writes a new buffer
     /// and lets the input's go).
     pub aliases: Vec<(usize, usize)>,
+    /// Where the one output of a matmul kernel is stored through a view: the parameter index of its strides (one
+    /// per axis of the kernel's shape) and offset, `i32`s. Its buffer is then another node's (a copy of the product
+    /// into another layout, which the scheduler removed: `schedule/redirect.rs`), which other kernels may write
+    /// parts of too; the first of them to run allocates it. `None`: stored at the kernel's own index.
+    pub store_view: Option<usize>,
     /// Graph ops this kernel computes, for debugging output.
     pub fused_ops: usize,
 }

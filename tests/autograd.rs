@@ -377,7 +377,10 @@ fn mask_and_window_rules_match_central_differences() {
     let x = random(&mut rng, &[2, 3, 4], -1.0, 1.0);
     let y = random(&mut rng, &[3, 11], -1.0, 1.0);
     type Op = fn(&[Tensor]) -> Tensor;
-    let cases: [(&str, Op); 17] = [
+    let cases: [(&str, Op); 20] = [
+        ("narrows of disjoint pieces", |t| t[1].narrow(1, 0, 3).exp() * &t[1].narrow(1, 5, 3) + t[1].narrow(1, 8, 3)),
+        ("narrows of the same piece", |t| t[1].narrow(0, 1, 2).exp() * &t[1].narrow(0, 1, 2) + t[1].narrow(0, 0, 1)),
+        ("narrows overlapping later", |t| (t[1].narrow(1, 0, 4) + t[1].narrow(1, 6, 4)).sin() * &t[1].narrow(1, 3, 4)),
         ("tril of a transpose", |t| t[0].transpose(1, 2).tril(-1).sin()),
         ("triu", |t| t[0].triu(1).exp() * &t[1].narrow(1, 0, 4)),
         ("masked_fill", |t| {
@@ -407,6 +410,33 @@ fn mask_and_window_rules_match_central_differences() {
     grad_check("long cumsum", &[long], &|t| t[0].cumsum(1).sin());
     let tall = random(&mut rng, &[150, 2], -1.0, 1.0);
     grad_check("long cumsum along axis 0", &[tall], &|t| t[0].cumsum(0).sin());
+}
+
+#[test]
+fn gradients_of_narrowed_pieces_join_into_one_concatenation() {
+    // q, k and v split from one projection: their gradients are the pieces of its gradient, joined along the
+    // split axis, not zero-padded copies added up (which a kernel would read and add).
+    for dev in devices() {
+        let mut rng = Rng::new(21);
+        let x = Var::new(Tensor::from_vec_on(rng.vec(2 * 5 * 12, -1.0, 1.0), [2, 5, 3, 4], &dev));
+        let xs = x.tensor();
+        let (q, k, v) = (xs.narrow(2, 0, 1), xs.narrow(2, 1, 1), xs.narrow(2, 2, 1));
+        let loss = (q.square() + k.exp() * &v).sum_all();
+        let g = loss.backward()[&x].clone();
+        let want = lazor::reference::eval(&[&g]).pop().unwrap();
+        let profile = dev.profile(|| g.realize().unwrap());
+        let names: Vec<&str> = profile.kernels().iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names.len(), 1, "one kernel on {}: {names:?}", dev.name());
+        assert!(names[0].contains("cat") && !names[0].contains("add"), "no sum of padded pieces: {names:?}");
+        common::assert_close(&g.to_vec(), &want, 1e-6, 1e-6, "the joined gradient");
+        let xv = x.tensor().to_vec();
+        for (i, &got) in g.to_vec().iter().enumerate() {
+            let (row, part) = (i / 12, i % 12 / 4);
+            let at = |p: usize| xv[row * 12 + p * 4 + i % 4];
+            let expect = [2.0 * at(0), at(1).exp() * at(2), at(1).exp()][part];
+            assert!((got - expect).abs() <= 1e-5 * (1.0 + expect.abs()), "element {i}: {got} vs {expect}");
+        }
+    }
 }
 
 #[test]

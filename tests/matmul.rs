@@ -332,6 +332,60 @@ fn a_concatenation_read_through_a_transposed_reshape_is_computed_by_its_copy() {
 }
 
 #[test]
+fn products_store_where_their_copies_would_put_them() {
+    // A product read only by a copy into another layout stores its elements there itself: attention's output
+    // `[B, H, T, D]` read as `[B, T, H * D]` by the projection, and its q, k and v gradients stacked into
+    // `[B, T, 3, H, D]` and read by the next product, each product storing its part of the stack. Sizes: past a
+    // tile's edge (130 rows), columns a multiple of 4 (16-byte stores) or not (33).
+    for dev in devices() {
+        let mut rng = Rng::new(14);
+        for (b, h, t, d) in [(2, 3, 33, 32), (1, 2, 130, 64), (2, 2, 17, 36), (1, 3, 40, 33)] {
+            let what = format!("[{b}, {h}, {t}, {d}] on {}", dev.name());
+            let mut realized = |shape: &[usize]| {
+                let x = rand(&dev, &mut rng, shape);
+                x.realize().unwrap();
+                x
+            };
+            let (x, y, w) = (realized(&[b, h, t, d]), realized(&[b, h, d, d]), realized(&[h * d, 5]));
+            let heads = x.matmul(&y).permute([0, 2, 1, 3]).reshape([b, t, h * d]);
+            let n = dispatches_checked(&heads.matmul(&w), h * d, &format!("heads side by side, {what}"));
+            assert_eq!(n, 2, "the product stores into the projection's operand: {what}");
+            // With a scale the copy computes something: it stays.
+            let scaled = (x.matmul(&y).permute([0, 2, 1, 3]) * 2.0).reshape([b, t, h * d]);
+            assert_eq!(dispatches_checked(&scaled.matmul(&w), h * d, &format!("scaled, {what}")), 3, "{what}");
+
+            let grads: Vec<Tensor> = (0..3).map(|_| realized(&[b, h, t, d]).matmul(&realized(&[b, h, d, d]))).collect();
+            let w = realized(&[3 * h * d, 5]);
+            let stacked = Tensor::stack(&[&grads[0], &grads[1], &grads[2]], 0).permute([1, 3, 0, 2, 4]);
+            let out = stacked.reshape([b * t, 3 * h * d]).matmul(&w);
+            let n = dispatches_checked(&out, 3 * h * d, &format!("stacked products, {what}"));
+            assert_eq!(n, 4, "three products store their parts, then the product: {what}");
+        }
+    }
+}
+
+#[test]
+fn a_product_read_by_its_copy_and_by_others_keeps_its_own_buffer() {
+    // The copy is not the product's only reader, or the product is asked for: both are stored, as before.
+    for dev in devices() {
+        let mut rng = Rng::new(15);
+        let x = rand(&dev, &mut rng, &[2, 3, 33, 32]);
+        let y = rand(&dev, &mut rng, &[2, 3, 32, 32]);
+        x.realize().unwrap();
+        y.realize().unwrap();
+        let p = x.matmul(&y);
+        let heads = p.permute([0, 2, 1, 3]).reshape([2, 33, 96]);
+        let want = lazor::reference::eval(&[&p, &heads]);
+        lazor::realize(&[&p, &heads]).unwrap();
+        assert_close(&p.to_vec(), &want[0], 1e-5, tol(32), "the product");
+        assert_close(&heads.to_vec(), &want[1], 1e-5, tol(32), "its copy");
+        let p = x.matmul(&y);
+        let both = p.permute([0, 2, 1, 3]).reshape([2, 33, 96]) + p.sum(2).reshape([2, 1, 96]);
+        dispatches_checked(&both, 32 * 33, "a copy and a fold of one product");
+    }
+}
+
+#[test]
 fn unfused_gives_the_same_values() {
     for dev in devices() {
         let mut rng = Rng::new(7);

@@ -7,6 +7,7 @@
 //! like any other expression, and realizing the loss with them computes shared forward values once.
 
 mod grads;
+mod pending;
 pub(crate) mod rules;
 mod tape;
 mod var;
@@ -18,6 +19,7 @@ pub use var::Var;
 use crate::error::{Error, Result};
 use crate::hash::FastMap;
 use crate::tensor::Tensor;
+use pending::Pending;
 
 /// Runs `f` with gradient tracking off on this thread and returns its value: nothing built inside is tracked
 /// (an optimizer's update, an evaluation pass).
@@ -136,31 +138,34 @@ impl Tensor {
         };
         Ok(no_grad(|| {
             let order = tape::order(root);
-            let mut pending: FastMap<usize, Tensor> = FastMap::default();
-            pending.insert(tape::key(root), seed);
+            let mut pending: FastMap<usize, Pending> = FastMap::default();
+            pending.insert(tape::key(root), Pending::Whole(seed));
             let mut entries = Vec::new();
             for node in order.iter().rev() {
                 let Some(g) = pending.remove(&tape::key(node)) else { continue };
+                let g = g.finish();
                 if let Rule::Leaf(var) = &node.rule {
                     if let Some(inner) = var.upgrade() {
                         entries.push((Var::from_inner(inner), g));
                     }
                     continue;
                 }
-                let needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
-                let parts = rules::backward(&node.rule, &g, &needs);
+                let parts: smallvec::SmallVec<[Option<Pending>; 3]> = match node.rule {
+                    // Kept as a piece, not padded yet: see `pending.rs`.
+                    Rule::Narrow { axis, start, extent } => {
+                        smallvec::smallvec![Some(Pending::piece(axis, start, extent, g))]
+                    }
+                    _ => {
+                        let needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
+                        rules::backward(&node.rule, &g, &needs).into_iter().map(|p| p.map(Pending::Whole)).collect()
+                    }
+                };
                 for (input, part) in node.inputs.iter().zip(parts) {
                     let (Some(input), Some(part)) = (input, part) else { continue };
-                    let slot = pending.entry(tape::key(input));
-                    match slot {
-                        std::collections::hash_map::Entry::Occupied(mut e) => {
-                            let sum = e.get() + &part;
-                            e.insert(sum);
-                        }
-                        std::collections::hash_map::Entry::Vacant(e) => {
-                            e.insert(part);
-                        }
-                    }
+                    match pending.remove(&tape::key(input)) {
+                        Some(sum) => pending.insert(tape::key(input), sum.add(part)),
+                        None => pending.insert(tape::key(input), part),
+                    };
                 }
             }
             Grads { entries }

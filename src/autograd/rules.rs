@@ -208,22 +208,31 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
 
 /// `g` placed at `start` along `axis` of an axis of extent `extent`, zeros around it: a concatenation, no copy.
 pub(crate) fn pad(g: &Tensor, axis: usize, start: usize, extent: usize) -> Tensor {
+    join(axis, extent, &[(start, g.clone())])
+}
+
+/// Disjoint `pieces` of an axis of extent `extent`, each `(start, values)` (sorted by start), placed along `axis`
+/// with zeros in the gaps: one concatenation.
+pub(crate) fn join(axis: usize, extent: usize, pieces: &[(usize, Tensor)]) -> Tensor {
+    let first = &pieces[0].1;
     let zeros = |n: usize| {
-        let mut dims = g.shape.dims().to_vec();
+        let mut dims = first.shape.dims().to_vec();
         dims[axis] = n;
-        Tensor::full_lane(dims, 0, g.dtype, &g.device)
+        Tensor::full_lane(dims, 0, first.dtype, &first.device)
     };
-    let end = extent - start - g.shape.dims()[axis];
-    let (before, after) = (zeros(start), zeros(end));
-    let mut parts = Vec::with_capacity(3);
-    if start > 0 {
-        parts.push(&before);
+    let mut parts = Vec::with_capacity(2 * pieces.len() + 1);
+    let mut at = 0;
+    for (start, t) in pieces {
+        if *start > at {
+            parts.push(zeros(start - at));
+        }
+        parts.push(t.clone());
+        at = start + t.shape.dims()[axis];
     }
-    parts.push(g);
-    if end > 0 {
-        parts.push(&after);
+    if extent > at {
+        parts.push(zeros(extent - at));
     }
-    Tensor::cat(&parts, axis)
+    Tensor::cat(&parts.iter().collect::<Vec<_>>(), axis)
 }
 
 /// The gradient of `unfold(axis, size, step)` of an axis of extent `extent`: each window's gradient added back where

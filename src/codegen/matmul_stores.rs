@@ -77,12 +77,22 @@ pub(super) fn store_functions(e: &mut Emitter, epilogue: usize, row: usize, col:
         ),
     );
     e.range(epilogue..k.body.len(), 1);
+    let at = stored_at(e);
     for (o, &(_, value)) in k.outputs.iter().enumerate() {
-        let st = e.store(o, "i", &format!("t{value}"));
+        let st = e.store(o, &at, &format!("t{value}"));
         e.line(1, &st);
     }
     e.line(0, "}");
     false
+}
+
+/// Where the element at row `c{row}`, column `c{col}` and index `i` is stored: at `i`, or through the kernel's
+/// store view ([`crate::kernel::Kernel::store_view`]), which the batch coordinates and those two reach.
+fn stored_at(e: &Emitter) -> String {
+    match e.k.store_view {
+        Some(at) => format!("u32({})", e.index(at, 0)),
+        None => "i".to_string(),
+    }
 }
 
 /// Emits `fn epi(r, c, i, folded) -> array<T, N>` (`(ty, n)` = (T, N)): the epilogue of the element at row `r`, column
@@ -123,8 +133,10 @@ fn quad_stores(e: &mut Emitter, epilogue: usize, row: usize, col: usize) {
     for j in 0..4 {
         e.line(1, &format!("let w{j} = epi(r, c + {j}u, i + {j}u, v[{j}]);"));
     }
+    e.line(1, &format!("let c{row} = i32(r);\n    let c{col} = i32(c);"));
+    let at = stored_at(e);
     for o in 0..n {
-        let st = e.store(o, "i >> 2u", &format!("vec4<f32>(w0[{o}], w1[{o}], w2[{o}], w3[{o}])"));
+        let st = e.store(o, &format!("({at}) >> 2u"), &format!("vec4<f32>(w0[{o}], w1[{o}], w2[{o}], w3[{o}])"));
         e.line(1, &st);
     }
     e.line(0, "}");
@@ -137,6 +149,7 @@ fn quad_stores(e: &mut Emitter, epilogue: usize, row: usize, col: usize) {
 /// elements per word, all 4 inside) writes each word once. Element by element, a bf16 product's two atomic updates
 /// per output ran 4096^3 at 2.3 TFLOP/s against the f32 kernel's 28.
 fn packed_stores(e: &mut Emitter, packed: &[(usize, u32)], epilogue: usize, row: usize, col: usize) {
+    debug_assert!(e.k.store_view.is_none(), "only f32 outputs are stored through a view");
     epi(e, ("u32", packed.len()), epilogue, row, col, |e, o, v| match packed.iter().position(|&(p, _)| p == o) {
         Some(j) => format!("w[{j}] = {};", e.packed_bits(o, v)),
         None => e.store(o, "i", v),

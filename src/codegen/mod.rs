@@ -287,6 +287,7 @@ pub struct Key {
     tiles: Vec<(usize, usize)>,
     phases: Vec<crate::kernel::Phase>,
     aliases: Vec<(usize, usize)>,
+    store_view: Option<usize>,
     target: Target,
 }
 
@@ -313,6 +314,7 @@ impl Key {
             tiles,
             phases,
             aliases,
+            store_view,
             fused_ops: _,
         } = kernel;
         Key {
@@ -332,6 +334,7 @@ impl Key {
             tiles: tiles.clone(),
             phases: phases.clone(),
             aliases: aliases.clone(),
+            store_view: *store_view,
             target: *target,
         }
     }

@@ -502,6 +502,7 @@ pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
         tiles: Vec::new(),
         phases: Vec::new(),
         aliases: Vec::new(),
+        store_view: None,
         fused_ops: 0,
     }
 }

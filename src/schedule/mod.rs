@@ -5,6 +5,7 @@ mod cache;
 mod fuse;
 mod lower;
 mod matmul;
+mod redirect;
 mod reduce;
 pub mod toposort;
 mod widen;
@@ -234,7 +235,7 @@ fn plan_ordered(
         }
     }
 
-    let mut kernels = by_depth(kernels);
+    let mut kernels = redirect::redirect(seen, &slots.slots, by_depth(kernels));
     donate(seen, donors, &mut slots.slots, &mut kernels);
 
     // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.

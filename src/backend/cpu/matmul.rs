@@ -187,6 +187,26 @@ pub(super) fn matmul(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     }
 }
 
+/// Stores `values` (the kernel's output in its own row-major layout) into `dst` through the kernel's store view,
+/// whose strides and offset start at parameter `at` ([`Kernel::store_view`]).
+pub(super) fn place(k: &Kernel, at: usize, values: &[f32], dst: &mut [f32]) {
+    let dims = k.shape.dims();
+    let r = dims.len();
+    let n = dims[r - 1];
+    if values.is_empty() {
+        return;
+    }
+    let strides: Vec<i64> = (0..r).map(|d| eval::param(k, at + d)).collect();
+    let offset = eval::param(k, at + r);
+    for (line, row) in values.chunks(n).enumerate() {
+        let coords = eval::unravel(line, &dims[..r - 1]);
+        let start = offset + coords.iter().zip(&strides).map(|(c, s)| c * s).sum::<i64>();
+        for (j, &x) in row.iter().enumerate() {
+            dst[(start + j as i64 * strides[r - 1]) as usize] = x;
+        }
+    }
+}
+
 /// Sets the elements `(i, j)` of batch matrices of `rows` x `cols` (row-major, one after another) that `keeps`
 /// drops to `fill`.
 fn keep_triangle(values: &mut [f32], rows: usize, cols: usize, fill: f32, keeps: impl Fn(usize, usize) -> bool) {

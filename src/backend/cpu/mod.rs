@@ -159,7 +159,12 @@ impl Backend for CpuBackend {
                 let started = job.profile.then(std::time::Instant::now);
                 let mut outs: Vec<Vec<f32>> = Vec::with_capacity(kernel.outputs.len());
                 for &(slot, _) in &kernel.outputs {
-                    outs.push(st.alloc((job.buffers[slot].bytes / 4) as usize, stats)?);
+                    // An output stored through a view is computed in the kernel's own layout, then placed.
+                    let len = match kernel.store_view {
+                        Some(_) => kernel.shape.numel(),
+                        None => (job.buffers[slot].bytes / 4) as usize,
+                    };
+                    outs.push(st.alloc(len, stats)?);
                 }
                 {
                     let inputs: Vec<&[f32]> = kernel
@@ -176,6 +181,22 @@ impl Backend for CpuBackend {
                     }
                 }
                 for (&(slot, _), v) in kernel.outputs.iter().zip(outs) {
+                    if let Some(at) = kernel.store_view {
+                        // Other kernels store other parts of the same buffer: the first of them allocates it.
+                        let key = match keys[slot] {
+                            Some(key) => key,
+                            None => {
+                                let whole = st.alloc((job.buffers[slot].bytes / 4) as usize, stats)?;
+                                let key = st.insert(whole, stats);
+                                created.push(key);
+                                key
+                            }
+                        };
+                        keys[slot] = Some(key);
+                        matmul::place(kernel, at, &v, Arc::make_mut(&mut st.buffers[key]).as_mut_slice());
+                        drop(st.free.put(v.len() as u64 * 4, v));
+                        continue;
+                    }
                     let key = st.insert(v, stats);
                     keys[slot] = Some(key);
                     created.push(key);

@@ -126,8 +126,10 @@ impl WgpuBackend {
             let waits = kernel.inputs.iter().any(|&(slot, _)| keys[slot].is_some_and(|k| st.pool.written(k) >= first));
             let settled = batch::settled(first, number, waits);
             for &(slot, _) in &kernel.outputs {
-                let key = match job.buffers[slot].data {
-                    Data::Alias(input) => keys[input].expect("an input stored into exists"),
+                let key = match (&job.buffers[slot].data, keys[slot]) {
+                    (Data::Alias(input), _) => keys[*input].expect("an input stored into exists"),
+                    // Other kernels store other parts of it through views: the first of them allocated it.
+                    (_, Some(key)) if kernel.store_view.is_some() => key,
                     _ => st.pool.alloc(&gpu.device, job.buffers[slot].bytes, settled, stats),
                 };
                 keys[slot] = Some(key);
