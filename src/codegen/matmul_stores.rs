@@ -136,7 +136,7 @@ fn quad_stores(e: &mut Emitter, epilogue: usize, row: usize, col: usize) {
     e.line(1, &format!("let c{row} = i32(r);\n    let c{col} = i32(c);"));
     let at = stored_at(e);
     for o in 0..n {
-        let st = e.store(o, &format!("({at}) >> 2u"), &format!("vec4<f32>(w0[{o}], w1[{o}], w2[{o}], w3[{o}])"));
+        let st = e.store(o, &format!("{at} >> 2u"), &format!("vec4<f32>(w0[{o}], w1[{o}], w2[{o}], w3[{o}])"));
         e.line(1, &st);
     }
     e.line(0, "}");
