@@ -361,6 +361,19 @@ fn products_store_where_their_copies_would_put_them() {
             let n = dispatches_checked(&out, 3 * h * d, &format!("stacked products, {what}"));
             assert_eq!(n, 4, "three products store their parts, then the product: {what}");
         }
+        // A thin product (8 columns, a thread per row), and causal attention's `P v` (A's upper triangle dropped).
+        let x = rand(&dev, &mut rng, &[2, 3, 300, 64]);
+        let (y, w) = (rand(&dev, &mut rng, &[2, 3, 64, 8]), rand(&dev, &mut rng, &[24, 5]));
+        lazor::realize(&[&x, &y, &w]).unwrap();
+        let heads = x.matmul(&y).permute([0, 2, 1, 3]).reshape([2, 300, 24]);
+        assert_eq!(dispatches_checked(&heads.matmul(&w), 64, "thin heads"), 2, "on {}", dev.name());
+        let qkv: Vec<Tensor> = (0..3).map(|_| rand(&dev, &mut rng, &[2, 3, 64, 32])).collect();
+        let w = rand(&dev, &mut rng, &[96, 5]);
+        lazor::realize(&[&qkv[0], &qkv[1], &qkv[2], &w]).unwrap();
+        let attention = lazor::nn::functional::scaled_dot_product_attention(&qkv[0], &qkv[1], &qkv[2], true);
+        let heads = attention.permute([0, 2, 1, 3]).reshape([2, 64, 96]).matmul(&w);
+        let n = dispatches_checked(&heads, 96, "causal attention's heads");
+        assert_eq!(n, 4, "scores, softmax, P v storing into the projection's operand, the projection: {}", dev.name());
     }
 }
 

@@ -184,13 +184,37 @@ mod tests {
 
     /// `x y` (`[2, 3, 33, 32]`) read by its copy as `[2, 33, 3 * 32]`, the operand of the product with `w`.
     fn heads(g: &mut Graph) -> (NodeId, NodeId) {
-        let (x, y, w) = (data(g, &[2, 3, 33, 32]), data(g, &[2, 3, 32, 32]), data(g, &[96, 5]));
-        let p = g.add(Op::Matmul(x, y, Tri::Full), Shape::from([2, 3, 33, 32]), DType::F32);
-        let swapped = View { shape: Shape::from([2, 33, 3, 32]), strides: vec![3168, 32, 1056, 1].into(), offset: 0 };
-        let v = g.add(Op::View(swapped, p), Shape::from([2, 33, 3, 32]), DType::F32);
-        let c = g.add(Op::Contiguous(v), Shape::from([2, 33, 3, 32]), DType::F32);
-        let flat = g.add(Op::View(View::contiguous(&Shape::from([66, 96])), c), Shape::from([66, 96]), DType::F32);
-        (c, g.add(Op::Matmul(flat, w, Tri::Full), Shape::from([66, 5]), DType::F32))
+        heads_of(g, [2, 3, 33, 32], 32, Tri::Full)
+    }
+
+    /// `x y` of `[b, h, t, d]` (`x` of depth `k`, keeping `tri`) read by its copy as `[b, t, h * d]`, the operand of
+    /// the product with `w`.
+    fn heads_of(g: &mut Graph, [b, h, t, d]: [usize; 4], k: usize, tri: Tri) -> (NodeId, NodeId) {
+        let (x, y, w) = (data(g, &[b, h, t, k]), data(g, &[b, h, k, d]), data(g, &[h * d, 5]));
+        let p = g.add(Op::Matmul(x, y, tri), Shape::from([b, h, t, d]), DType::F32);
+        let strides = vec![(h * t * d) as isize, d as isize, (t * d) as isize, 1];
+        let swapped = View { shape: Shape::from([b, t, h, d]), strides: strides.into(), offset: 0 };
+        let v = g.add(Op::View(swapped, p), Shape::from([b, t, h, d]), DType::F32);
+        let c = g.add(Op::Contiguous(v), Shape::from([b, t, h, d]), DType::F32);
+        let flat = Shape::from([b * t, h * d]);
+        let flat = g.add(Op::View(View::contiguous(&flat), c), flat, DType::F32);
+        (c, g.add(Op::Matmul(flat, w, Tri::Full), Shape::from([b * t, 5]), DType::F32))
+    }
+
+    #[test]
+    fn thin_and_triangular_products_store_through_views_too() {
+        // A thin product (8 columns, each thread a whole row of them) and a causal mask's `P v` (A's upper
+        // triangle dropped, on the square tile): their WGSL compiles with the view's stores.
+        for (dims, k, tri) in [([2, 3, 300, 8], 64, Tri::Full), ([2, 3, 64, 32], 64, Tri::ALower)] {
+            let mut g = Graph::default();
+            let (_, out) = heads_of(&mut g, dims, k, tri);
+            let p = super::super::plan(&g, &[out], &super::super::Options::TEST);
+            assert_eq!(p.kernels.len(), 2, "{dims:?}");
+            let Kind::Matmul(mm) = p.kernels[0].kind else { panic!("a product first") };
+            assert_eq!((mm.thin.is_some(), mm.tri), (tri == Tri::Full, tri), "{dims:?}");
+            assert!(p.kernels[0].store_view.is_some(), "{dims:?}");
+            crate::codegen::validate(&crate::codegen::generate(&p.kernels[0], &Default::default()));
+        }
     }
 
     #[test]
@@ -206,6 +230,7 @@ mod tests {
         assert_eq!(k.outputs[0].0, p.slot_of(c).expect("the copy's node has the slot"));
         assert!(p.kernels[1].inputs.iter().any(|&(s, _)| s == k.outputs[0].0), "read by the next product");
         let src = crate::codegen::generate(k, &Default::default());
+        crate::codegen::validate(&src);
         assert!(src.contains("store4(") && src.contains(") >> 2u]"), "16-byte stores at the view's index");
     }
 
