@@ -378,6 +378,45 @@ fn products_store_where_their_copies_would_put_them() {
 }
 
 #[test]
+fn random_copies_of_products_match_the_reference() {
+    // One to three products of one shape (past the thin kernel's 16 on both sides, so they run tiled), stacked
+    // along a random axis or not, permuted at random and flattened, then read by a product: wherever the copy is
+    // one the products can store themselves, they do, and the values stay the reference's.
+    for dev in devices() {
+        let mut rng = Rng::new(16);
+        for case in 0..24 {
+            let batch: Vec<usize> = (0..1 + rng.below(2)).map(|_| 1 + rng.below(3)).collect();
+            let (m, k, n) = (17 + rng.below(50), 8 + rng.below(30), 17 + rng.below(24));
+            let dims = |x: usize, y: usize| -> Vec<usize> { batch.iter().copied().chain([x, y]).collect() };
+            let count = 1 + rng.below(3);
+            let products: Vec<Tensor> = (0..count)
+                .map(|_| rand(&dev, &mut rng, &dims(m, k)).matmul(&rand(&dev, &mut rng, &dims(k, n))))
+                .collect();
+            let mut t = if count == 1 {
+                products[0].clone()
+            } else {
+                let parts: Vec<&Tensor> = products.iter().collect();
+                Tensor::stack(&parts, rng.below(batch.len() + 3))
+            };
+            let mut perm: Vec<usize> = (0..t.ndim()).collect();
+            for i in (1..perm.len()).rev() {
+                perm.swap(i, rng.below(i + 1));
+            }
+            t = t.permute(perm.as_slice());
+            let rows = t.shape()[..t.ndim() - 1].iter().product::<usize>();
+            let cols = t.shape()[t.ndim() - 1];
+            let w = rand(&dev, &mut rng, &[cols, 5]);
+            let out = t.reshape([rows, cols]).matmul(&w);
+            dispatches_checked(
+                &out,
+                k * cols,
+                &format!("case {case}: {count} x {batch:?} [{m}, {k}] x [{k}, {n}], {perm:?}"),
+            );
+        }
+    }
+}
+
+#[test]
 fn a_product_read_by_its_copy_and_by_others_keeps_its_own_buffer() {
     // The copy is not the product's only reader, or the product is asked for: both are stored, as before.
     for dev in devices() {
