@@ -1,5 +1,6 @@
 //! Matmul against the f64 reference: shapes from 1 to 1100, views, broadcast batches, vectors, empty axes, NaN and
-//! inf, fused prologues and epilogues with their dispatch counts, and the same values without fusion.
+//! inf, fused prologues and epilogues with their dispatch counts, products stored through their copies' layout,
+//! and the same values without fusion.
 //!
 //! Tolerance: each output is a length-k dot product accumulated in f32. Its rounding error is at most about k
 //! roundings of partial sums, each below 2^-24 of a partial sum's size, and with inputs bounded by `ma` and `mb`
