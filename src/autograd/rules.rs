@@ -94,6 +94,7 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
             }
             smallvec![Some(g.permute(inverse))]
         }
+        // The backward pass keeps it as a piece instead, to join with the node's other pieces (`pending.rs`).
         Rule::Narrow { axis, start, extent } => smallvec![Some(pad(g, *axis, *start, *extent))],
         Rule::Expand { from } => smallvec![Some(sum_to(g.clone(), from))],
         Rule::Flip { axes } => smallvec![Some(g.flip(axes))],

@@ -12,8 +12,8 @@ use crate::hash::{FastMap, FastSet};
 use crate::kernel::{Instr, Kernel, Kind};
 use crate::shape::Shape;
 
-/// One part of a copy kernel: the product it reads (a kernel index and its slot), and the product's store
-/// strides and offset into the copy.
+/// One part of a copy kernel: the kernel of the product it reads, and the strides and offset that product stores
+/// through into the copy's output.
 struct Part {
     writer: usize,
     strides: Vec<i64>,
@@ -40,7 +40,7 @@ pub(super) fn redirect(seen: &FastSet<crate::graph::NodeId>, slots: &[Slot], ker
             }
             let fresh = slot.source == Source::Kernel && !seen.contains(&slot.node) && readers.get(&s) == Some(&1);
             let w = writers[&s][0];
-            let k = kernels[w].as_ref().filter(|k| only && fresh && storable(k))?;
+            let k = kernels[w].as_ref().filter(|k| fresh && storable(k))?;
             Some((w, k.shape.clone()))
         }) else {
             continue;
@@ -86,10 +86,10 @@ fn parts(copy: &Kernel, product: &dyn Fn(usize) -> Option<(usize, Shape)>) -> Op
     let dims = copy.shape.dims();
     let strides: Vec<i64> = Shape::contiguous_strides(&copy.shape).iter().map(|&s| s as i64).collect();
     let value = copy.outputs[0].1;
-    // Each loaded instruction, with the extents it covers in its frame and that frame's offset into the output.
-    let mut loads: Vec<(usize, Vec<usize>, i64)> = Vec::new();
+    // Each loaded instruction, with its frame, the extents it covers there and the frame's offset into the output.
+    let mut loads: Vec<(usize, usize, Vec<usize>, i64)> = Vec::new();
     match &copy.body[value] {
-        Instr::Load { .. } => loads.push((value, dims.to_vec(), 0)),
+        Instr::Load { .. } => loads.push((value, 0, dims.to_vec(), 0)),
         Instr::Cat { frame: 0, axis, parts } => {
             let mut lo = 0i64;
             for part in parts {
@@ -100,7 +100,7 @@ fn parts(copy: &Kernel, product: &dyn Fn(usize) -> Option<(usize, Shape)>) -> Op
                 }
                 let mut extents = dims.to_vec();
                 extents[*axis] = (bound - shift) as usize;
-                loads.push((part.value, extents, shift * strides[*axis]));
+                loads.push((part.value, part.frame, extents, shift * strides[*axis]));
                 lo = bound;
             }
             if lo != dims[*axis] as i64 {
@@ -115,9 +115,9 @@ fn parts(copy: &Kernel, product: &dyn Fn(usize) -> Option<(usize, Shape)>) -> Op
     }
     let mut parts = Vec::with_capacity(loads.len());
     let mut inputs = FastSet::default();
-    for (at, extents, offset) in loads {
+    for (at, frame, extents, offset) in loads {
         let Instr::Load { input, view, .. } = copy.body[at] else { return None };
-        if copy.in_types[input] != DType::F32 || !inputs.insert(input) {
+        if copy.in_types[input] != DType::F32 || !inputs.insert(input) || view.map_or(0, |v| v.frame) != frame {
             return None;
         }
         let (writer, shape) = product(copy.inputs[input].0)?;
