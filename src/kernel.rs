@@ -421,6 +421,11 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// Parameter `at` as the `i32` it holds (a stride, offset, shift or bound).
+    pub fn signed(&self, at: usize) -> i64 {
+        self.params[at] as i32 as i64
+    }
+
     /// Threads the kernel runs.
     pub fn threads(&self) -> usize {
         let wg = WORKGROUP_SIZE as usize;

@@ -94,7 +94,7 @@ fn parts(copy: &Kernel, product: &dyn Fn(usize) -> Option<(usize, Shape)>) -> Op
             let mut lo = 0i64;
             for part in parts {
                 let frame = copy.frames[part.frame - 1];
-                let (shift, bound) = (param(copy, frame.shift), param(copy, part.bound));
+                let (shift, bound) = (copy.signed(frame.shift), copy.signed(part.bound));
                 if part.body.len() != 1 || part.value != part.body.start || frame.parent != 0 || lo != shift {
                     return None;
                 }
@@ -123,7 +123,7 @@ fn parts(copy: &Kernel, product: &dyn Fn(usize) -> Option<(usize, Shape)>) -> Op
         let (writer, shape) = product(copy.inputs[input].0)?;
         let (read, start): (Vec<i64>, i64) = match view {
             None => (strides.clone(), 0),
-            Some(v) => ((0..dims.len()).map(|d| param(copy, v.at + d)).collect(), param(copy, v.at + dims.len())),
+            Some(v) => ((0..dims.len()).map(|d| copy.signed(v.at + d)).collect(), copy.signed(v.at + dims.len())),
         };
         if start != 0 {
             return None;
@@ -153,11 +153,6 @@ fn place(dims: &[usize], extents: &[usize], read: &[i64], strides: &[i64]) -> Op
         out.push(strides[j]);
     }
     (0..extents.len()).all(|j| used[j] || extents[j] == 1).then_some(out)
-}
-
-/// Parameter `at` of `k`, as the `i32` it holds.
-fn param(k: &Kernel, at: usize) -> i64 {
-    k.params[at] as i32 as i64
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! as they are. Sorting elements one by one into parts, with fresh vectors per batch, made `cat` 30-45x slower per
 //! element than a plain read.
 
-use super::eval::{eval, param, Batch, Ctx, Own, Regs};
+use super::eval::{eval, Batch, Ctx, Own, Regs};
 use super::runs::Run;
 use crate::kernel::{CatPart, Instr};
 use std::ops::Range;
@@ -37,8 +37,8 @@ pub(super) fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
         (lo.min(start[*axis]), hi.max(end))
     });
     let mut s = regs.spare.pop().unwrap_or_else(|| Scratch::new(ctx));
-    let first = parts.iter().position(|p| param(k, p.bound) > least);
-    let inside = first.filter(|&p| param(k, parts[p].bound) > most);
+    let first = parts.iter().position(|p| k.signed(p.bound) > least);
+    let inside = first.filter(|&p| k.signed(parts[p].bound) > most);
     match inside {
         Some(p) => whole(ctx, q, &parts[p], batch, regs, &mut s),
         None => pieces(ctx, q, parts, *axis, batch, regs, &mut s),
@@ -51,7 +51,7 @@ pub(super) fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
 /// concatenation has a register of its own), and its values become the concatenation's without a copy.
 fn whole(ctx: &Ctx, q: usize, part: &CatPart, batch: &Batch, regs: &mut Regs, s: &mut Scratch) {
     let frame = ctx.k.frames[part.frame - 1];
-    let shift = param(ctx.k, frame.shift);
+    let shift = ctx.k.signed(frame.shift);
     let sub = &mut s.batch;
     sub.runs.clear(batch.runs.rank());
     for (run, first) in batch.runs.iter() {
@@ -111,7 +111,7 @@ fn pieces(ctx: &Ctx, q: usize, parts: &[CatPart], axis: usize, batch: &Batch, re
     out.fill(0.0);
     let mut lo = i64::MIN;
     for part in parts {
-        let hi = param(ctx.k, part.bound);
+        let hi = ctx.k.signed(part.bound);
         split(ctx, part, axis, lo..hi, batch, s);
         lo = hi;
         if s.pieces.is_empty() {
@@ -131,7 +131,7 @@ fn pieces(ctx: &Ctx, q: usize, parts: &[CatPart], axis: usize, batch: &Batch, re
 /// part's frame, and `s.pieces` where they are.
 fn split(ctx: &Ctx, part: &CatPart, axis: usize, range: Range<i64>, batch: &Batch, s: &mut Scratch) {
     let frame = ctx.k.frames[part.frame - 1];
-    let shift = param(ctx.k, frame.shift);
+    let shift = ctx.k.signed(frame.shift);
     let (sub, pieces) = (&mut s.batch, &mut s.pieces);
     sub.runs.clear(batch.runs.rank());
     pieces.clear();

@@ -114,10 +114,6 @@ pub(super) fn unravel(mut i: usize, dims: &[usize]) -> Vec<i64> {
     c
 }
 
-pub(super) fn param(k: &Kernel, at: usize) -> i64 {
-    k.params[at] as i32 as i64
-}
-
 /// A kernel being run: its IR, its inputs (words, as stored), and where each concatenation's parts start.
 pub(super) struct Ctx<'a> {
     pub(super) k: &'a Kernel,
@@ -150,7 +146,7 @@ impl<'a> Ctx<'a> {
             .iter()
             .map(|instr| match instr {
                 Instr::Load { view: Some(v), .. } | Instr::Index { view: Some(v) } => {
-                    Some(((0..rank).map(|d| param(k, v.at + d)).collect(), param(k, v.at + rank)))
+                    Some(((0..rank).map(|d| k.signed(v.at + d)).collect(), k.signed(v.at + rank)))
                 }
                 _ => None,
             })
@@ -377,7 +373,7 @@ fn instr(ctx: &Ctx, i: usize, batch: &Batch, regs: &mut Regs, out: &mut [f32]) {
             simd::select(c, a, b, out);
         }
         Instr::Gather { input, base, index, stride_at } => {
-            let (stride, extent) = (param(k, *stride_at), param(k, stride_at + 1));
+            let (stride, extent) = (k.signed(*stride_at), k.signed(stride_at + 1));
             let (base, index) = (regs.get(ctx, *base, n), regs.get(ctx, *index, n));
             let at = |j: usize| {
                 let x = index[j].to_bits() as i32 as i64;

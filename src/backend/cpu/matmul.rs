@@ -38,7 +38,7 @@ fn strided<'a>(k: &Kernel, range: Range<usize>, dims: &[usize], inputs: &[&'a [f
     let r = dims.len();
     let (strides, offset): (Vec<i64>, i64) = match view {
         None => (Shape::from(dims).contiguous_strides().iter().map(|&s| s as i64).collect(), 0),
-        Some(v) if v.frame == 0 => ((0..r).map(|d| eval::param(k, v.at + d)).collect(), eval::param(k, v.at + r)),
+        Some(v) if v.frame == 0 => ((0..r).map(|d| k.signed(v.at + d)).collect(), k.signed(v.at + r)),
         Some(_) => return None,
     };
     let data = inputs[*input];
@@ -196,8 +196,8 @@ pub(super) fn place(k: &Kernel, at: usize, values: &[f32], dst: &mut [f32]) {
     if values.is_empty() {
         return;
     }
-    let strides: Vec<i64> = (0..r).map(|d| eval::param(k, at + d)).collect();
-    let offset = eval::param(k, at + r);
+    let strides: Vec<i64> = (0..r).map(|d| k.signed(at + d)).collect();
+    let offset = k.signed(at + r);
     for (line, row) in values.chunks(n).enumerate() {
         let coords = eval::unravel(line, &dims[..r - 1]);
         let start = offset + coords.iter().zip(&strides).map(|(c, s)| c * s).sum::<i64>();
