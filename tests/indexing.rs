@@ -146,6 +146,32 @@ fn index_select_picks_rows_and_fuses_into_its_reader() {
 }
 
 #[test]
+fn a_gather_reads_a_stored_source_through_its_reshape() {
+    // An embedding's gradient gathers the rows of its layer's input gradient, a stored `[b, t, d]` read as
+    // `[b * t, d]`: the gather reads that buffer as it lies, not a copy of it.
+    let mut rng = Rng::new(5);
+    for dev in devices() {
+        let (a, b) = (rng.vec(4 * 8 * 16, -1.0, 1.0), rng.vec(4 * 8 * 16, -1.0, 1.0));
+        let (ta, tb) = (Tensor::from_slice_on(&a, [4, 8, 16], &dev), Tensor::from_slice_on(&b, [4, 8, 16], &dev));
+        let ids = [3i32, 0, 31, 7, 7];
+        let idx = Tensor::from_slice_on(&ids, [5], &dev);
+        lazor::realize(&[&ta, &tb, &idx]).unwrap();
+        let sum = (&ta + &tb).exp();
+        let rows = sum.reshape([32, 16]).index_select(0, &idx) * 2.0;
+        let before = dev.stats().dispatches;
+        lazor::realize(&[&rows, &sum]).unwrap();
+        let n = dev.stats().dispatches - before;
+        assert_eq!(n, 2, "{}: the sum, then the gather reading it", dev.name());
+        let want: Vec<f32> = ids
+            .iter()
+            .flat_map(|&i| (0..16).map(move |c| i as usize * 16 + c))
+            .map(|e| (a[e] + b[e]).exp() * 2.0)
+            .collect();
+        assert_close(&rows.to_vec(), &want, 1e-6, 0.0, "gathered rows");
+    }
+}
+
+#[test]
 fn scatter_add_and_index_add_match_loops_and_repeat_bit_for_bit() {
     let mut rng = Rng::new(3);
     // The tensor's shape, the axis, the index's shape and the source's.

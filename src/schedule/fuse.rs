@@ -133,6 +133,7 @@ pub(super) fn materialize(
         }
         // A gather reads its source at data-dependent places: from a buffer, which no expression can stand in for.
         if let Op::Gather(src, ..) = node.op {
+            let src = gathered(graph, src);
             let source = graph.node(src);
             if !matches!(source.op, Op::Data(_) | Op::Buffer) && source.shape.numel() > 0 {
                 fusion.materialized.insert(src);
@@ -252,6 +253,20 @@ pub(super) fn materialize(
         }
     }
     fusion
+}
+
+/// The node whose buffer a gather of `src` reads: `src`, or the source under reshapes that keep its elements in
+/// order, whose buffer is laid out as `src` would be. Storing the reshape instead copied a stored node: nanoGPT's
+/// token embedding gradient gathers the residual stream's gradient `[64, 256, 384]` read as `[16384, 384]`, one
+/// copy a step.
+pub(super) fn gathered(graph: &Graph, mut src: NodeId) -> NodeId {
+    while let Op::View(ref v, under) = graph.node(src).op {
+        if !v.is_contiguous() || v.shape.numel() != graph.node(under).shape.numel() {
+            break;
+        }
+        src = under;
+    }
+    src
 }
 
 /// Buffers of its own size an expression read by more than one op may load and still be inlined into each: past

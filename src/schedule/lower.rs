@@ -344,7 +344,7 @@ impl<'a> Lowerer<'a> {
         let view = m.view.compose(&inner).ok_or(fail)?;
         let view = self.view_of(&Mapping { view, frame: m.frame });
         let base = self.push(Instr::Index { view }, DType::I32);
-        let slot = self.slot(src);
+        let slot = self.slot(super::fuse::gathered(self.graph, src));
         let input = self.input(slot, self.graph.node(src).dtype);
         let stride_at = self.param_i(stride);
         self.param_i(extent);
