@@ -318,6 +318,14 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
             e.line(depth + 2, "workgroupBarrier();");
         }
         e.line(depth + 1, "}");
+        // A team within one subgroup: its lanes exchange values, halving the distance each step.
+        e.line(depth, "} else if (team < lanes) {");
+        e.line(depth + 1, "var v = acc;");
+        e.line(depth + 1, "for (var s = team / 2u; s > 0u; s = s >> 1u) {");
+        let v = e.b.binary(op.combine(), dt, "v", "subgroupShuffleXor(v, s)");
+        e.line(depth + 2, &format!("v = {v};"));
+        e.line(depth + 1, "}");
+        e.line(depth + 1, "total = bitcast<u32>(v);");
         e.line(depth, "} else {");
         depth + 1
     } else {

@@ -39,7 +39,8 @@ pub struct Options {
     pub matmul_tile: Option<crate::kernel::MatmulTile>,
     /// The blockings tiled matmuls choose from by shape: the backend's, for its adapter.
     pub matmul_tiles: crate::kernel::MatmulTiles,
-    /// The fewest threads that fold one row (32 or 64): the backend's, as wide as its widest subgroup.
+    /// The fewest threads that fold one row of a reduce kernel (32 or 64): the backend's, as wide as its widest
+    /// subgroup. Rows kernels go below it (`reduce.rs`, `ROWS_TEAM_MIN`).
     pub row_team_min: usize,
 }
 

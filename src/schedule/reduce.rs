@@ -34,6 +34,14 @@ fn team(n: usize, min: usize) -> u32 {
     (n / 16).next_power_of_two().clamp(min, crate::kernel::WORKGROUP_SIZE as usize) as u32
 }
 
+/// The fewest threads per row of a rows kernel, below a subgroup's width: a team within one subgroup folds by
+/// exchanging values between its lanes (`subgroupShuffleXor`, `codegen/reduce.rs`), so a short row needs no more
+/// threads than its 16 elements each. On the H200 nanoGPT's masked softmax over rows of 256 took 3242 us over a
+/// profiled run in teams of 16, against 3862 in teams of 32 (a subgroup), and the step 36.03-36.10 against
+/// 36.13-36.18 ms; teams of 64 and 128 were slower still (docs/notes/benchmarks-log.md, "2026-11-29, fifth
+/// session", calls 5 and 6). 4, not 8, so that lavapipe's subgroups of 8 run the exchanges in CI too.
+const ROWS_TEAM_MIN: usize = 4;
+
 /// Whether a row fold of `n` elements per output over `outputs` outputs runs in one pass (no chunks).
 pub(super) fn one_pass(n: usize, outputs: usize) -> bool {
     chunks(n, outputs, true) == 1
@@ -180,7 +188,7 @@ pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
     let rows = graph.node(grp.members[0]).shape.numel();
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &domain, rows), slot);
     l.need_coords();
-    let team_at = l.param(team(domain.dims()[axis], team_min));
+    let team_at = l.param(team(domain.dims()[axis], team_min.min(ROWS_TEAM_MIN)));
     l.k.kind = Kind::Rows { axis, team_at, online: None };
     l.row_axis = Some(axis);
     // The member each phase computes, to find logsumexp's pair of folds.

@@ -632,7 +632,7 @@ fn column_folds_keep_more_steps_in_flight_than_row_folds() {
 }
 
 #[test]
-fn short_rows_are_one_subgroups_where_subgroups_are_32_wide() {
+fn short_rows_fold_in_teams_of_16_elements_a_thread_down_to_4_threads() {
     let team = |cols: usize, min: usize| {
         let mut g = Graph::default();
         let x = data(&mut g, &[8, cols]);
@@ -645,12 +645,15 @@ fn short_rows_are_one_subgroups_where_subgroups_are_32_wide() {
         let src = crate::codegen::generate(k, &target);
         crate::codegen::validate(&src);
         assert!(src.contains("if (lanes == team) {"), "a team of one subgroup folds without a barrier\n{src}");
+        assert!(src.contains("} else if (team < lanes) {") && src.contains("subgroupShuffleXor(v, s)"), "{src}");
         k.params[team_at]
     };
-    // A row of 256 (an attention's scores) or 384 (nanoGPT's layer norm): 32 threads, or the backend's 64.
-    assert_eq!(team(256, 32), 32);
+    // A row of 256 (an attention's scores): 16 threads, within a subgroup of 32 or 64; of 384 (nanoGPT's layer
+    // norm): 32, one subgroup where they are 32 wide; of 56 (a loss over 56 classes): 4.
+    assert_eq!(team(256, 32), 16);
     assert_eq!(team(384, 32), 32);
-    assert_eq!(team(256, 64), 64);
+    assert_eq!(team(256, 64), 16);
+    assert_eq!(team(56, 32), 4);
     assert_eq!(team(4096, 32), 256, "long rows keep a workgroup");
 }
 
