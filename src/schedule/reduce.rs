@@ -182,13 +182,13 @@ fn folded_value(
 
 /// Lowers a rows group: its folds and maps, in order, over the rows of the first fold's input.
 pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
-    let GroupCtx { graph, fusion, grp, written, slot, team_min, .. } = cx;
+    let GroupCtx { graph, fusion, grp, written, slot, .. } = cx;
     let Op::Reduce(_, x, axis) = graph.node(grp.members[0]).op else { unreachable!("a rows group starts with a fold") };
     let domain = graph.node(x).shape.clone();
     let rows = graph.node(grp.members[0]).shape.numel();
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &domain, rows), slot);
     l.need_coords();
-    let team_at = l.param(team(domain.dims()[axis], team_min.min(ROWS_TEAM_MIN)));
+    let team_at = l.param(team(domain.dims()[axis], ROWS_TEAM_MIN));
     l.k.kind = Kind::Rows { axis, team_at, online: None };
     l.row_axis = Some(axis);
     // The member each phase computes, to find logsumexp's pair of folds.
