@@ -15,7 +15,9 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
             "fn lz_min(a: f32, b: f32) -> f32 { return select(min(a, b), a + b, lz_isnan(a) || lz_isnan(b)); }\n"
         }
         // Rust's powf: x^0 = 1 and 1^y = 1 even for NaN; a negative base needs an integer exponent, whose parity
-        // gives the sign; zeros and infinities follow IEEE pow. WGSL's pow is only defined for finite x > 0.
+        // gives the sign; zeros and infinities follow IEEE pow. WGSL's pow is only defined for finite x > 0, and
+        // NVIDIA's is not exact where the result is (3^3 gave 27.000002): exponents of magnitude 1 to 4 multiply
+        // instead, exact wherever the products are, as libm's pow is.
         Helper::Pow => {
             "fn lz_pow(x: f32, y: f32) -> f32 {
     if (y == 0.0 || x == 1.0) { return 1.0; }
@@ -26,6 +28,12 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
     let integer = ay >= 16777216.0 || fract(ay) == 0.0;
     let odd = ay < 16777216.0 && fract(ay) == 0.0 && (ay % 2.0) == 1.0;
     var m = pow(ax, y);
+    if (ay <= 4.0 && fract(ay) == 0.0) {
+        let sq = ax * ax;
+        var p = ax;
+        if (ay == 2.0) { p = sq; } else if (ay == 3.0) { p = sq * ax; } else if (ay == 4.0) { p = sq * sq; }
+        m = select(p, 1.0 / p, y < 0.0);
+    }
     if (ax == 0.0) { m = select(0.0, big, y < 0.0); }
     else if (ax == big) { m = select(0.0, big, y > 0.0); }
     else if (ay == big) {
