@@ -340,7 +340,8 @@ pub enum Instr {
     },
     /// In a reduce kernel's epilogue: the folded value.
     Reduced,
-    /// In a rows kernel: the result of its `n`th fold phase, the same for the whole row.
+    /// In a rows kernel: the result of its `n`th fold phase, the same for the whole row. In a reduce kernel's
+    /// epilogue: its `n`th sibling fold's value at the output.
     Folded(usize),
     /// The part of a concatenation that the coordinate `axis` of frame `frame` falls in: the first part whose
     /// bound exceeds it.
@@ -404,7 +405,10 @@ pub struct Kernel {
     /// the rows and not along the columns (a transposed operand) is read down columns, so loading it by element
     /// touches a new cache line per element; a tile reads it along its rows and hands it over transposed.
     pub tiles: Vec<(usize, usize)>,
-    /// The phases of a [`Kind::Rows`] kernel (empty for other kinds).
+    /// The phases of a [`Kind::Rows`] kernel. In a [`Kind::Reduce`] kernel: its sibling folds, each a
+    /// [`Phase::Fold`] of a value its prologue computes (`output` unused), along the same axis in the same walk as
+    /// the main fold (`schedule/siblings.rs`); a first pass stores sibling `n`'s partials to output `n + 1`. Empty
+    /// for other kinds.
     pub phases: Vec<Phase>,
     /// Outputs stored into an input's buffer, as (input, output) pairs: the input's value dies with this kernel,
     /// which reads it only at its own index before storing (an optimizer state replaced by its update). Backends
@@ -482,11 +486,12 @@ impl Kernel {
             })
         };
         let mut ops: Vec<&'static str> = head.into_iter().collect();
-        if self.phases.is_empty() {
+        let rows = matches!(self.kind, Kind::Rows { .. });
+        if !rows {
             ops.extend(self.body.iter().filter_map(op_of));
         }
         // A rows kernel: each phase's ops, then the fold it ends with.
-        for phase in &self.phases {
+        for phase in self.phases.iter().filter(|_| rows) {
             let (body, fold) = match phase {
                 Phase::Fold { op, body, .. } => (body, Some(op.name())),
                 Phase::Map { body, .. } => (body, None),

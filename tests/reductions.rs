@@ -385,6 +385,116 @@ fn the_subgroup_path_is_a_different_kernel_with_the_same_answers() {
 }
 
 #[test]
+fn sibling_column_folds_walk_their_domain_once() {
+    for dev in both_paths() {
+        sibling_column_folds_walk_their_domain_once_on(&dev);
+    }
+}
+
+/// Column folds of one domain along one axis that read a common buffer (a layer norm's weight and bias gradients)
+/// run as one kernel per pass, each fold kept apart: two passes where each took two, one where each took one.
+fn sibling_column_folds_walk_their_domain_once_on(dev: &Device) {
+    let mut rng = Rng::new(23);
+    let realized = |ts: &[&Tensor]| dispatches(dev, || lazor::realize(ts).unwrap());
+    // Two passes: 4096 rows in chunks, 384 columns; epilogues read other buffers and their own fold.
+    let dy = stored(dev, &mut rng, &[4096, 384]);
+    let x = stored(dev, &mut rng, &[4096, 384]);
+    let other = stored(dev, &mut rng, &[384]);
+    let (w, b) = ((&dy * &x).sum(0) * 0.5 + &other, dy.sum(0).abs().sqrt());
+    assert_eq!(realized(&[&w, &b]), 2, "both folds' partials in one kernel, then both folds of them");
+    check(&w, 1e-4, 1e-3, "(dy * x).sum(0) * 0.5 + other beside its sibling");
+    check(&b, 1e-4, 1e-3, "dy.sum(0).abs().sqrt() beside its sibling");
+    let alone = (&dy * &x).sum(0) * 0.25;
+    assert_eq!(realized(&[&alone]), 2, "alone, a fold keeps its two passes");
+    // Three siblings of different ops and dtypes, and a fold that reads another's result, which stays apart.
+    let (s, m) = ((&dy * &x).sum(0), dy.max(0));
+    let n = dy.to_dtype(DType::I32).sum(0);
+    let centred = (&dy - &dy.sum_keepdim(0)).sum(0);
+    let k = realized(&[&s, &m, &n, &centred]);
+    assert_eq!(k, 4, "four siblings (the three and the centring sum) in two kernels, the dependent fold after");
+    check(&s, 1e-4, 1e-3, "sum beside max and an integer sum");
+    check(&m, 0.0, 0.0, "max beside two sums");
+    check(&n, 0.0, 0.0, "integer sum beside two float folds");
+    check(&centred, 1e-3, 1e-2, "a fold of another fold's result");
+    // One pass with a team per column ([8197, 1033]) and one pass a thread per column ([100, 50]).
+    let tall = stored(dev, &mut rng, &[8197, 1033]);
+    let (norms, peaks) = ((&tall * &tall).sum_keepdim(0).sqrt(), tall.max(0) + 1.0);
+    assert_eq!(realized(&[&norms, &peaks]), 1, "column teams of two folds in one pass");
+    check(&norms, 1e-4, 1e-4, "column norms of [8197, 1033] beside column maxima");
+    check(&peaks, 0.0, 0.0, "column maxima of [8197, 1033] beside column norms");
+    let small = stored(dev, &mut rng, &[100, 50]);
+    let (lo, sq) = (small.min(0), (&small * 2.0).sum(0));
+    assert_eq!(realized(&[&lo, &sq]), 1, "a thread per column keeps both folds");
+    check(&lo, 0.0, 0.0, "column minima of [100, 50]");
+    check(&sq, 1e-5, 1e-5, "doubled column sums of [100, 50]");
+}
+
+#[test]
+fn random_sibling_folds_match_the_reference() {
+    for dev in devices() {
+        random_sibling_folds_match_the_reference_on(&dev);
+    }
+}
+
+/// Random sets of 2 to 4 column folds of one stored domain (rank 2 or 3, the folded axis not the innermost, one
+/// pass or two): prologues through transposes, broadcasts and concatenations, different ops and dtypes, small
+/// epilogues. All of them realized together take as many dispatches as the first alone, and each matches the
+/// reference.
+fn random_sibling_folds_match_the_reference_on(dev: &Device) {
+    let mut rng = Rng::new(2311);
+    for case in 0..24 {
+        let rank = 2 + rng.below(2);
+        // The folded axis: 0 in rank 2, 0 or 1 in rank 3; long enough in half the cases for two passes.
+        let axis = rng.below(rank - 1);
+        let mut dims: Vec<usize> = (0..rank).map(|_| 1 + rng.below(12)).collect();
+        dims[axis] = if rng.below(2) == 0 { 1 + rng.below(100) } else { 600 + rng.below(2000) };
+        dims[rank - 1] = 2 + rng.below(70);
+        let x = stored(dev, &mut rng, &dims);
+        let y = stored(dev, &mut rng, &dims);
+        let mut row = dims.clone();
+        row[..rank - 1].iter_mut().for_each(|d| *d = 1);
+        let bias = stored(dev, &mut rng, &row);
+        let mut flipped = dims.clone();
+        flipped.swap(rank - 2, rank - 1);
+        let yt = stored(dev, &mut rng, &flipped).transpose(rank as i32 - 2, rank as i32 - 1);
+        let cut = dims[axis] / 2;
+        let (mut lo, mut hi) = (dims.clone(), dims.clone());
+        (lo[axis], hi[axis]) = (cut, dims[axis] - cut);
+        let (a, b) = (stored(dev, &mut rng, &lo), stored(dev, &mut rng, &hi));
+        let joined = Tensor::cat(&[&a, &b], axis as i32);
+        let mut out = dims.clone();
+        out[axis] = 1;
+        let z = stored(dev, &mut rng, &out);
+        let ax = axis as i32;
+        // The first always reads x; each later one reads x too, so that every fold shares a buffer with it.
+        let fold = |pick: usize| -> (Tensor, &'static str, f32) {
+            match pick {
+                0 => ((&x * &y).sum_keepdim(ax) * 0.5 + &z, "(x * y).sum * 0.5 + z", 1e-4),
+                1 => (x.sum_keepdim(ax).abs().sqrt(), "x.sum.abs.sqrt", 1e-4),
+                2 => ((&x + &bias).max_keepdim(ax), "(x + bias).max", 0.0),
+                3 => ((&x - &yt).min_keepdim(ax), "(x - yt).min", 0.0),
+                4 => ((&x * &joined).sum_keepdim(ax), "(x * cat(a, b)).sum", 1e-4),
+                5 => ((&x * 3.0).to_dtype(DType::I32).sum_keepdim(ax), "int(3x).sum", 0.0),
+                6 => (x.to_dtype(DType::F16).sum_keepdim(ax), "f16(x).sum", 2e-3),
+                _ => ((&x * 0.5 + 1.0).prod_keepdim(ax), "(x * 0.5 + 1).prod", 1e-3),
+            }
+        };
+        let count = 2 + rng.below(3);
+        let picks: Vec<usize> = (0..count).map(|_| rng.below(8)).collect();
+        let folds: Vec<(Tensor, &str, f32)> = picks.iter().map(|&p| fold(p)).collect();
+        let what = |name: &str| format!("case {case}: {name} of {dims:?} along {axis}");
+        let alone = dispatches(dev, || fold(picks[0]).0.realize().unwrap());
+        let refs: Vec<&Tensor> = folds.iter().map(|f| &f.0).collect();
+        let together = dispatches(dev, || lazor::realize(&refs).unwrap());
+        assert_eq!(together, alone, "{}: {count} siblings {picks:?} as one fold's kernels", what("folds"));
+        for (t, name, tol) in &folds {
+            let n = dims[axis] as f32;
+            check(t, tol * n.sqrt(), tol * n.sqrt(), &what(name));
+        }
+    }
+}
+
+#[test]
 fn rows_kernels_read_views_and_concatenations_and_write_their_folds() {
     for dev in devices() {
         let mut rng = Rng::new(8);

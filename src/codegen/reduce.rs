@@ -10,7 +10,7 @@
 use super::emit::Emitter;
 use super::{lane_type, param, Target, WORKGROUP_SIZE};
 use crate::dtype::DType;
-use crate::kernel::{Kernel, Kind};
+use crate::kernel::{Kernel, Kind, Phase};
 use crate::op::ReduceOp;
 use std::fmt::Write;
 
@@ -73,6 +73,16 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     }
     let unroll = if r.rows { UNROLL } else { COLUMN_UNROLL };
     let f = Fold { op: r.op, axis: r.axis, body: 0..r.prologue, value: r.value, unroll };
+    // Sibling folds share the walk: the prologue computes every value, each folded into accumulators of its own.
+    let siblings: Vec<Fold> = k
+        .phases
+        .iter()
+        .map(|p| match p {
+            Phase::Fold { op, value, .. } => Fold { op: *op, axis: r.axis, body: 0..r.prologue, value: *value, unroll },
+            Phase::Map { .. } => unreachable!("a reduce kernel's phases are sibling folds"),
+        })
+        .collect();
+    assert!(siblings.is_empty() || !r.rows, "only column folds have siblings");
     if r.rows {
         if e.wide {
             accumulate(&mut e, &f, "lo / 4u + lane_t", "team", "hi / 4u", 1, false);
@@ -83,13 +93,23 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.line(1, "if (lane_t != 0u || !valid) { return; }");
         e.line(1, &format!("let folded = bitcast<{}>(total);", lane_type(dt, 1)));
     } else if r.column_team {
-        accumulate(&mut e, &f, "lo + sub", "team", "hi", 1, false);
-        column_tree(&mut e, r.op, dt);
-        e.line(1, "if (sub != 0u || !valid) { return; }");
+        accumulate_all(&mut e, &f, &siblings, "lo + sub", "team", "hi", 1, false);
+        // Each thread reads only its own word of `red` before writing it again for the next fold's tree, whose
+        // first barrier comes after that write: the folds need no barrier between them.
+        column_tree(&mut e, r.op, dt, "acc");
         e.line(1, &format!("let folded = bitcast<{}>(red[lid.x]);", lane_type(dt.lanes(), 1)));
+        for (p, s) in siblings.iter().enumerate() {
+            let dt = k.types[s.value];
+            column_tree(&mut e, s.op, dt, &sibling_acc(p));
+            e.line(1, &format!("let f{p} = bitcast<{}>(red[lid.x]);", lane_type(dt.lanes(), 1)));
+        }
+        e.line(1, "if (sub != 0u || !valid) { return; }");
     } else {
-        accumulate(&mut e, &f, "lo", "1u", "hi", 1, false);
+        accumulate_all(&mut e, &f, &siblings, "lo", "1u", "hi", 1, false);
         e.line(1, "let folded = acc;");
+        for p in 0..siblings.len() {
+            e.line(1, &format!("let f{p} = {};", sibling_acc(p)));
+        }
     }
     if r.partial {
         // The chunk's fold, at the output's coordinates with the axis at the chunk.
@@ -100,8 +120,12 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
                 format!("u32(c{d})")
             }
         });
-        let st = e.store(0, &ix, "folded");
-        e.line(1, &st);
+        // Output 0 holds the main fold's partials, output `p + 1` sibling `p`'s.
+        for n in 0..k.outputs.len() {
+            let value = if n == 0 { "folded".to_string() } else { format!("f{}", n - 1) };
+            let st = e.store(n, &ix, &value);
+            e.line(1, &st);
+        }
     } else {
         e.line(1, &format!("let c{} = 0;", r.axis));
         e.line(1, "let i = o;");
@@ -168,33 +192,70 @@ pub(super) struct Fold {
 /// With `cached` (a rows kernel's cached path, see `rows.rs`), the range holds at most [`UNROLL`] steps per
 /// thread and loads at the kernel's own index read the cached row: one guarded step per accumulator, no loop.
 pub(super) fn accumulate(e: &mut Emitter, f: &Fold, start: &str, step: &str, end: &str, depth: usize, cached: bool) {
-    // Accumulates in the value's lanes: f16 and bf16 values in f32, rounded only when the fold is read.
-    let dt = e.k.types[f.value].lanes();
-    let identity = format!("bitcast<{}>({}u)", lane_type(dt, 1), f.op.identity_lane(dt));
-    // Wide: each step folds 4 adjacent elements as one vector (the range counts vectors); the lanes meet after.
-    let init = if e.wide { format!("{}({identity})", lane_type(dt, 4)) } else { identity };
-    for u in 0..f.unroll {
-        e.line(depth, &format!("var acc{u} = {init};"));
+    accumulate_all(e, f, &[], start, step, end, depth, cached);
+}
+
+/// The accumulator of sibling fold `p`, as `acc` is the main fold's (its running folds are `{name}{u}`).
+fn sibling_acc(p: usize) -> String {
+    format!("s{p}acc")
+}
+
+/// [`accumulate`] of `f` and its `siblings` (folds of values the same body computes) in one walk: each element's
+/// body is evaluated once and each value folded into accumulators of its own, `acc` for `f`, [`sibling_acc`] for
+/// the siblings.
+#[allow(clippy::too_many_arguments)]
+fn accumulate_all(
+    e: &mut Emitter,
+    f: &Fold,
+    siblings: &[Fold],
+    start: &str,
+    step: &str,
+    end: &str,
+    depth: usize,
+    cached: bool,
+) {
+    let names: Vec<String> = std::iter::once("acc".to_string()).chain((0..siblings.len()).map(sibling_acc)).collect();
+    let folds: Vec<&Fold> = std::iter::once(f).chain(siblings).collect();
+    assert!(folds.len() == 1 || !e.wide, "sibling folds run one element per thread");
+    for (fold, name) in folds.iter().zip(&names) {
+        // Accumulates in the value's lanes: f16 and bf16 values in f32, rounded only when the fold is read.
+        let dt = e.k.types[fold.value].lanes();
+        let identity = format!("bitcast<{}>({}u)", lane_type(dt, 1), fold.op.identity_lane(dt));
+        // Wide: each step folds 4 adjacent elements as one vector (the range counts vectors); the lanes meet after.
+        let init = if e.wide { format!("{}({identity})", lane_type(dt, 4)) } else { identity };
+        for u in 0..f.unroll {
+            e.line(depth, &format!("var {name}{u} = {init};"));
+        }
     }
-    let each = |e: &mut Emitter, at: &str, u: usize, depth: usize| element(e, f, at, &format!("acc{u}"), depth);
+    let each = |e: &mut Emitter, at: &str, u: usize, depth: usize| {
+        own_index(e, f.axis, at, depth);
+        e.range(f.body.clone(), depth);
+        for (fold, name) in folds.iter().zip(&names) {
+            fold_into(e, fold, &format!("{name}{u}"), depth);
+        }
+    };
     steps(e, [start, step, end], depth, cached, f.unroll, each);
-    // The combined vector is `accv`, not `acc{unroll}`, which would be an accumulator's name were unroll above 4.
-    let mut pairs: Vec<String> = (0..f.unroll).map(|u| format!("acc{u}")).collect();
-    while pairs.len() > 1 {
-        let next: Vec<String> =
-            pairs.chunks(2).map(|p| format!("({})", e.b.binary(f.op.combine(), dt, &p[0], &p[1]))).collect();
-        pairs = next;
-    }
-    if e.wide {
-        e.line(depth, &format!("let accv = {};", pairs[0]));
-        e.wide = false;
-        e.b.set_width(1);
-        let xy = e.b.binary(f.op.combine(), dt, "accv.x", "accv.y");
-        let zw = e.b.binary(f.op.combine(), dt, "accv.z", "accv.w");
-        let all = e.b.binary(f.op.combine(), dt, &format!("({xy})"), &format!("({zw})"));
-        e.line(depth, &format!("let acc = {all};"));
-    } else {
-        e.line(depth, &format!("let acc = {};", pairs[0]));
+    for (fold, name) in folds.iter().zip(&names) {
+        let dt = e.k.types[fold.value].lanes();
+        // The combined vector is `{name}v`, not `{name}{unroll}`, which would be an accumulator's name were unroll
+        // above 4.
+        let mut pairs: Vec<String> = (0..f.unroll).map(|u| format!("{name}{u}")).collect();
+        while pairs.len() > 1 {
+            let next: Vec<String> =
+                pairs.chunks(2).map(|p| format!("({})", e.b.binary(fold.op.combine(), dt, &p[0], &p[1]))).collect();
+            pairs = next;
+        }
+        if e.wide {
+            e.line(depth, &format!("let {name}v = {};", pairs[0]));
+            e.wide = false;
+            e.b.set_width(1);
+            let xy = e.b.binary(fold.op.combine(), dt, &format!("{name}v.x"), &format!("{name}v.y"));
+            let zw = e.b.binary(fold.op.combine(), dt, &format!("{name}v.z"), &format!("{name}v.w"));
+            let all = e.b.binary(fold.op.combine(), dt, &format!("({xy})"), &format!("({zw})"));
+            e.line(depth, &format!("let {name} = {all};"));
+        } else {
+            e.line(depth, &format!("let {name} = {};", pairs[0]));
+        }
     }
 }
 
@@ -331,7 +392,7 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
     } else {
         depth
     };
-    memory_tree(e, op, dt, d, "lane_t", "");
+    memory_tree(e, op, dt, d, "lane_t", "", "acc");
     e.line(d, "total = red[lid.x - lane_t];");
     if again {
         e.line(d, "workgroupBarrier();");
@@ -344,16 +405,16 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
 /// Folds `acc` across each column team into `red[lid.x]` of the team's first thread: a tree in workgroup memory
 /// whose levels pair threads `s * per` apart (`sub` and `sub + s` of one team), so the order is fixed by the team
 /// size alone.
-fn column_tree(e: &mut Emitter, op: ReduceOp, dt: DType) {
-    memory_tree(e, op, dt.lanes(), 1, "sub", " * per");
+fn column_tree(e: &mut Emitter, op: ReduceOp, dt: DType, acc: &str) {
+    memory_tree(e, op, dt.lanes(), 1, "sub", " * per", acc);
 }
 
 /// The workgroup-memory tree both layouts share: each thread's `acc` into `red[lid.x]`, then levels halving `team`,
 /// where the thread whose place in its team (`place`) is below `s` folds in the value `s` places on, its threads
 /// `stride` apart (`""` for neighbours, `" * per"` for a column team's). The team's fold ends at its first thread.
-fn memory_tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, place: &str, stride: &str) {
+fn memory_tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, place: &str, stride: &str, acc: &str) {
     let ty = lane_type(dt, 1);
-    e.line(depth, "red[lid.x] = bitcast<u32>(acc);");
+    e.line(depth, &format!("red[lid.x] = bitcast<u32>({acc});"));
     e.line(depth, "workgroupBarrier();");
     e.line(depth, "for (var s = team / 2u; s > 0u; s = s >> 1u) {");
     let v = e.b.binary(
@@ -367,11 +428,8 @@ fn memory_tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, place: &s
     e.line(depth, "}");
 }
 
-/// The fold's element at axis position `at` (in a wide fold: the vector at `at`, elements `4 at..4 at + 4`),
-/// folded into `acc`.
-fn element(e: &mut Emitter, f: &Fold, at: &str, acc: &str, depth: usize) {
-    own_index(e, f.axis, at, depth);
-    e.range(f.body.clone(), depth);
+/// Folds the fold's value (computed by the body just emitted) into `acc`.
+fn fold_into(e: &mut Emitter, f: &Fold, acc: &str, depth: usize) {
     let dt = e.k.types[f.value].lanes();
     let folded = e.b.binary(f.op.combine(), dt, acc, &format!("t{}", f.value));
     e.line(depth, &format!("{acc} = {folded};"));

@@ -7,6 +7,7 @@ mod lower;
 mod matmul;
 mod redirect;
 mod reduce;
+mod siblings;
 pub mod toposort;
 mod widen;
 
@@ -236,7 +237,9 @@ fn plan_ordered(
         }
     }
 
-    let mut kernels = redirect::redirect(seen, &slots.slots, by_depth(kernels));
+    let kernels = by_depth(kernels);
+    let kernels = if opts.fuse { siblings::merge(kernels, opts.max_bindings) } else { kernels };
+    let mut kernels = redirect::redirect(seen, &slots.slots, kernels);
     donate(seen, donors, &mut slots.slots, &mut kernels);
 
     // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.

@@ -73,6 +73,8 @@ pub(super) struct Batch {
     pub(super) folded: Vec<f32>,
     /// In a rows kernel: the row's folds so far.
     pub(super) folds: Vec<f32>,
+    /// In a reduce kernel's epilogue: each sibling fold's value per element.
+    pub(super) siblings: Vec<Vec<f32>>,
 }
 
 impl Batch {
@@ -85,6 +87,7 @@ impl Batch {
             ahead: 0,
             folded: Vec::new(),
             folds: Vec::new(),
+            siblings: Vec::new(),
         }
     }
 
@@ -428,7 +431,10 @@ fn instr(ctx: &Ctx, i: usize, batch: &Batch, regs: &mut Regs, out: &mut [f32]) {
             }
         }
         Instr::Reduced => out.copy_from_slice(&batch.folded),
-        Instr::Folded(f) => out.fill(batch.folds[*f]),
+        Instr::Folded(f) => match batch.siblings.get(*f) {
+            Some(values) => out.copy_from_slice(values),
+            None => out.fill(batch.folds[*f]),
+        },
         Instr::Cat { .. } => unreachable!("handled above"),
     }
 }

@@ -70,7 +70,13 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     let mut part_dims = dims.clone();
     part_dims[r.axis] = chunks;
     let walk = Walk { k, ctx: &ctx, dims: &dims, axis: r.axis, rows: r.rows, strided };
-    let folding = Folding { op: r.op, body: 0..r.prologue, value: r.value };
+    // The main fold, then its siblings (folds of values the same prologue computes, in the same walk).
+    let mut folds = vec![(r.op, r.value)];
+    folds.extend(k.phases.iter().map(|p| match p {
+        Phase::Fold { op, value, .. } => (*op, *value),
+        Phase::Map { .. } => unreachable!("a reduce kernel's phases are sibling folds"),
+    }));
+    let folding = Folding { body: 0..r.prologue, folds };
     tasks_with(
         blocks * chunks,
         || (Regs::new(&ctx), Batch::empty()),
@@ -78,34 +84,48 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             let (b, j) = (t / chunks, t % chunks);
             let block = b * BATCH..out_count.min((b + 1) * BATCH);
             let (lo, hi) = (j * len, n.min(j * len + len));
-            let mut folded = Vec::with_capacity(block.len());
             // The epilogue runs at the outputs' coordinates (the folded axis at 0, as `out_dims` has it).
             let mut runs = Runs::default();
             runs.clear(dims.len());
             let bases: Vec<Vec<i64>> = block.clone().map(|o| unravel(o, &out_dims)).collect();
-            let accs = if r.rows || block.len() < COLUMNS_MIN {
-                bases.iter().map(|base| walk.one(&folding, base, lo..hi, batch, regs)).collect()
+            // Per fold, per output.
+            let mut accs: Vec<Vec<f32>> = if r.rows || block.len() < COLUMNS_MIN {
+                let each: Vec<Vec<f32>> =
+                    bases.iter().map(|base| walk.one(&folding, base, lo..hi, batch, regs)).collect();
+                (0..folding.folds.len()).map(|f| each.iter().map(|a| a[f]).collect()).collect()
             } else {
                 walk.columns(&folding, &bases, lo..hi, batch, regs)
             };
-            for (mut base, acc) in bases.into_iter().zip(accs) {
+            for (o, mut base) in bases.into_iter().enumerate() {
                 if r.partial {
-                    // The chunk's fold, at the output's coordinates with the axis at the chunk.
+                    // The chunk's folds, at the output's coordinates with the axis at the chunk: the main fold's to
+                    // output 0, sibling `p`'s to output `p + 1`.
                     base[r.axis] = j as i64;
                     let at = ravel(&base, &part_dims);
-                    // SAFETY: each (output, chunk) pair is written by exactly one task.
-                    unsafe { store(outs[0], k.out_types[0], at, &[acc]) };
+                    for (f, acc) in accs.iter().enumerate() {
+                        // SAFETY: each (output, chunk) pair is written by exactly one task.
+                        unsafe { store(outs[f], k.out_types[f], at, &[acc[o]]) };
+                    }
                 } else {
                     runs.push_point(&base);
-                    folded.push(acc);
                 }
             }
             if r.partial {
                 return;
             }
+            let folded = std::mem::take(&mut accs[0]);
+            accs.remove(0);
             let own = Own::From(block.start);
-            let batch =
-                Batch { len: block.len(), own, runs, staged_at: 0, ahead: block.len(), folded, folds: Vec::new() };
+            let batch = Batch {
+                len: block.len(),
+                own,
+                runs,
+                staged_at: 0,
+                ahead: block.len(),
+                folded,
+                folds: Vec::new(),
+                siblings: accs,
+            };
             eval(&ctx, r.prologue..k.body.len(), &batch, regs);
             for ((o, &(_, v)), &dt) in outs.iter().zip(&k.outputs).zip(&k.out_types) {
                 // SAFETY: blocks of outputs are disjoint between tasks (a final fold has one chunk). Narrow outputs:
@@ -131,25 +151,26 @@ struct Walk<'a> {
     strided: bool,
 }
 
-/// One fold: `op` over the values instructions `body` give in `value`.
+/// Folds of the values instructions `body` give: each `(op, value)` folds instruction `value` with `op`.
 #[derive(Clone)]
 struct Folding {
-    op: ReduceOp,
     body: Range<usize>,
-    value: usize,
+    folds: Vec<(ReduceOp, usize)>,
 }
 
 impl Walk<'_> {
     /// The fold of one output (coordinates `base`, the axis at 0) over `range` of the axis: batch by batch, each
     /// batch a [`tree`].
-    fn one(&self, f: &Folding, base: &[i64], range: Range<usize>, batch: &mut Batch, regs: &mut Regs) -> f32 {
-        let lanes = self.k.types[f.value].lanes();
-        let mut acc = f32::from_bits(f.op.identity_lane(lanes));
+    fn one(&self, f: &Folding, base: &[i64], range: Range<usize>, batch: &mut Batch, regs: &mut Regs) -> Vec<f32> {
+        let lanes = |v: usize| self.k.types[v].lanes();
+        let mut acc: Vec<f32> = f.folds.iter().map(|&(op, v)| f32::from_bits(op.identity_lane(lanes(v)))).collect();
         for s in range.clone().step_by(BATCH) {
             let e = range.end.min(s + BATCH);
             batch.along(self.dims, self.axis, self.rows, base, s..e);
             eval(self.ctx, f.body.clone(), batch, regs);
-            acc = combine(f.op, lanes, acc, tree(f.op, lanes, regs.get(self.ctx, f.value, e - s)));
+            for (a, &(op, v)) in acc.iter_mut().zip(&f.folds) {
+                *a = combine(op, lanes(v), *a, tree(op, lanes(v), regs.get(self.ctx, v, e - s)));
+            }
         }
         acc
     }
@@ -167,9 +188,8 @@ impl Walk<'_> {
         range: Range<usize>,
         batch: &mut Batch,
         regs: &mut Regs,
-    ) -> Vec<f32> {
+    ) -> Vec<Vec<f32>> {
         let Walk { ctx, dims, axis, strided, .. } = *self;
-        let lanes = self.k.types[f.value].lanes();
         let n = bases.len();
         let inner: usize = dims[axis + 1..].iter().product();
         // Each output's input index with the axis at 0; consecutive outputs are usually adjacent.
@@ -182,12 +202,14 @@ impl Walk<'_> {
         if strided {
             bases.iter().for_each(|b| batch.runs.push_point(b));
         }
-        let op = f.op;
-        let mut acc = vec![f32::from_bits(op.identity_lane(lanes)); n];
-        let float = lanes.class() == Class::Float;
-        // The 8 running folds, lane-major: lane `l` of every output is one slice, so each step folds into one
-        // contiguous slice (vectorized, as `simd::fold8` is).
-        let mut eight = vec![op.identity(); if float { 8 * n } else { 0 }];
+        let lanes = |v: usize| self.k.types[v].lanes();
+        let mut acc: Vec<Vec<f32>> =
+            f.folds.iter().map(|&(op, v)| vec![f32::from_bits(op.identity_lane(lanes(v))); n]).collect();
+        let float = |v: usize| lanes(v).class() == Class::Float;
+        // Per fold, the 8 running folds, lane-major: lane `l` of every output is one slice, so each step folds into
+        // one contiguous slice (vectorized, as `simd::fold8` is).
+        let mut eight: Vec<Vec<f32>> =
+            f.folds.iter().map(|&(op, v)| vec![op.identity(); if float(v) { 8 * n } else { 0 }]).collect();
         for stretch in range.clone().step_by(BATCH) {
             let end = range.end.min(stretch + BATCH);
             for s in stretch..end {
@@ -200,22 +222,24 @@ impl Walk<'_> {
                     batch.runs.set_axis(axis, s as i64);
                 }
                 eval(ctx, f.body.clone(), batch, regs);
-                let values = regs.get(ctx, f.value, n);
-                if float {
-                    let lane = (s - stretch) % 8;
-                    simd::fold_into(op.combine(), &mut eight[lane * n..(lane + 1) * n], values);
-                } else {
-                    for (a, &v) in acc.iter_mut().zip(values) {
-                        *a = combine(op, lanes, *a, v);
+                for (p, &(op, v)) in f.folds.iter().enumerate() {
+                    let values = regs.get(ctx, v, n);
+                    if float(v) {
+                        let lane = (s - stretch) % 8;
+                        simd::fold_into(op.combine(), &mut eight[p][lane * n..(lane + 1) * n], values);
+                    } else {
+                        for (a, &x) in acc[p].iter_mut().zip(values) {
+                            *a = combine(op, lanes(v), *a, x);
+                        }
                     }
                 }
             }
-            if float {
-                for (i, a) in acc.iter_mut().enumerate() {
-                    let e: [f32; 8] = std::array::from_fn(|l| eight[l * n + i]);
-                    *a = combine(op, lanes, *a, pairwise8(op, &e));
+            for (p, &(op, v)) in f.folds.iter().enumerate().filter(|&(_, &(_, v))| float(v)) {
+                for (i, a) in acc[p].iter_mut().enumerate() {
+                    let e: [f32; 8] = std::array::from_fn(|l| eight[p][l * n + i]);
+                    *a = combine(op, lanes(v), *a, pairwise8(op, &e));
                 }
-                eight.fill(op.identity());
+                eight[p].fill(op.identity());
             }
         }
         acc
@@ -273,8 +297,8 @@ pub(super) fn rows(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) {
             for phase in &k.phases {
                 match phase {
                     Phase::Fold { op, body, value, output } => {
-                        let folding = Folding { op: *op, body: body.clone(), value: *value };
-                        let acc = walk.one(&folding, &base, 0..n, batch, regs);
+                        let folding = Folding { body: body.clone(), folds: vec![(*op, *value)] };
+                        let acc = walk.one(&folding, &base, 0..n, batch, regs)[0];
                         batch.folds.push(acc);
                         if let Some(m) = output {
                             // SAFETY: each row's elements, and its fold at the row's index, are written by its own
