@@ -197,12 +197,22 @@ pub(super) fn place(k: &Kernel, at: usize, values: &[f32], dst: &mut [f32]) {
         return;
     }
     let strides: Vec<i64> = (0..r).map(|d| k.signed(at + d)).collect();
-    let offset = k.signed(at + r);
-    for (line, row) in values.chunks(n).enumerate() {
-        let coords = eval::unravel(line, &dims[..r - 1]);
-        let start = offset + coords.iter().zip(&strides).map(|(c, s)| c * s).sum::<i64>();
+    // The coordinates of the row being placed on every axis but the last, stepped like an odometer, and where the
+    // row starts.
+    let mut coords = vec![0usize; r - 1];
+    let mut start = k.signed(at + r);
+    for row in values.chunks(n) {
         for (j, &x) in row.iter().enumerate() {
             dst[(start + j as i64 * strides[r - 1]) as usize] = x;
+        }
+        for d in (0..r - 1).rev() {
+            coords[d] += 1;
+            start += strides[d];
+            if coords[d] < dims[d] {
+                break;
+            }
+            start -= strides[d] * dims[d] as i64;
+            coords[d] = 0;
         }
     }
 }
