@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_close, check, devices, gpu_devices, Rng};
+use common::{assert_close, check, check_with, devices, expect, gpu_devices, Rng};
 use lazor::{DType, Device, Error, Tensor};
 
 fn rand(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
@@ -97,8 +97,9 @@ fn long_axes_and_many_outputs_on(dev: &Device) {
     let mid = stored(&dev, &mut rng, &[6, 8192, 40]);
     let other = stored(&dev, &mut rng, &[6, 1, 40]);
     let y = mid.sum_keepdim(1) * 0.5 + &other;
+    let want = expect(&[&y]);
     assert_eq!(dispatches(&dev, || y.realize().unwrap()), 2, "partial folds, then their fold with the epilogue");
-    check(&y, 1e-4, 1e-4, "sum over the middle axis of [6, 8192, 40], halved, plus [6, 1, 40]");
+    check_with(&y, &want[0], 1e-4, 1e-4, "sum over the middle axis of [6, 8192, 40], halved, plus [6, 1, 40]");
     check(&mid.max(1), 0.0, 0.0, "max over the middle axis of [6, 8192, 40]");
     let wide = stored(&dev, &mut rng, &[1024, 8192]);
     check(&wide.sum(0), 1e-4, 1e-4, "column sums of [1024, 8192] (16 chunks)");
@@ -106,8 +107,9 @@ fn long_axes_and_many_outputs_on(dev: &Device) {
     // with a prologue and an epilogue; one column more than a multiple of the 8 a workgroup folds.
     let tall = stored(&dev, &mut rng, &[8197, 1033]);
     let y = (&tall * &tall).sum_keepdim(0).sqrt();
+    let want = expect(&[&y]);
     assert_eq!(dispatches(&dev, || y.realize().unwrap()), 1, "one pass over [8197, 1033]");
-    check(&y, 1e-4, 1e-4, "column norms of [8197, 1033]");
+    check_with(&y, &want[0], 1e-4, 1e-4, "column norms of [8197, 1033]");
     check(&tall.max(0), 0.0, 0.0, "column maxima of [8197, 1033]");
     check(&tall.t().sum(1), 1e-4, 1e-4, "row sums of a transposed [8197, 1033]");
     // More outputs than 65535 workgroups in one dimension.
@@ -385,48 +387,76 @@ fn the_subgroup_path_is_a_different_kernel_with_the_same_answers() {
 }
 
 #[test]
-fn sibling_column_folds_walk_their_domain_once() {
+fn sibling_folds_walk_their_domain_once() {
     for dev in both_paths() {
-        sibling_column_folds_walk_their_domain_once_on(&dev);
+        sibling_folds_walk_their_domain_once_on(&dev);
     }
 }
 
-/// Column folds of one domain along one axis that read a common buffer (a layer norm's weight and bias gradients)
-/// run as one kernel per pass, each fold kept apart: two passes where each took two, one where each took one.
-fn sibling_column_folds_walk_their_domain_once_on(dev: &Device) {
+/// Folds of one domain along one axis that read a common buffer (a layer norm's weight and bias gradients, a
+/// tensor's range) run as one kernel per pass, each fold kept apart: two passes where each took two, one where
+/// each took one.
+fn sibling_folds_walk_their_domain_once_on(dev: &Device) {
     let mut rng = Rng::new(23);
-    let realized = |ts: &[&Tensor]| dispatches(dev, || lazor::realize(ts).unwrap());
+    // Realizes `ts` together, counting dispatches, and checks each against the reference taken before, each with
+    // its tolerance (relative and absolute alike) and name.
+    let realized = |ts: &[(&Tensor, f32, &str)]| {
+        let refs: Vec<&Tensor> = ts.iter().map(|t| t.0).collect();
+        let want = expect(&refs);
+        let k = dispatches(dev, || lazor::realize(&refs).unwrap());
+        for ((t, tol, what), want) in ts.iter().zip(&want) {
+            check_with(t, want, *tol, *tol, what);
+        }
+        k
+    };
     // Two passes: 4096 rows in chunks, 384 columns; epilogues read other buffers and their own fold.
     let dy = stored(dev, &mut rng, &[4096, 384]);
     let x = stored(dev, &mut rng, &[4096, 384]);
     let other = stored(dev, &mut rng, &[384]);
     let (w, b) = ((&dy * &x).sum(0) * 0.5 + &other, dy.sum(0).abs().sqrt());
-    assert_eq!(realized(&[&w, &b]), 2, "both folds' partials in one kernel, then both folds of them");
-    check(&w, 1e-4, 1e-3, "(dy * x).sum(0) * 0.5 + other beside its sibling");
-    check(&b, 1e-4, 1e-3, "dy.sum(0).abs().sqrt() beside its sibling");
+    let k = realized(&[
+        (&w, 1e-3, "(dy * x).sum(0) * 0.5 + other beside its sibling"),
+        (&b, 1e-3, "dy.sum(0).abs().sqrt() beside its sibling"),
+    ]);
+    assert_eq!(k, 2, "both folds' partials in one kernel, then both folds of them");
     let alone = (&dy * &x).sum(0) * 0.25;
-    assert_eq!(realized(&[&alone]), 2, "alone, a fold keeps its two passes");
+    assert_eq!(realized(&[(&alone, 1e-3, "a fold alone")]), 2, "alone, a fold keeps its two passes");
     // Three siblings of different ops and dtypes, and a fold that reads another's result, which stays apart.
     let (s, m) = ((&dy * &x).sum(0), dy.max(0));
     let n = dy.to_dtype(DType::I32).sum(0);
-    let centred = (&dy - &dy.sum_keepdim(0)).sum(0);
-    let k = realized(&[&s, &m, &n, &centred]);
-    assert_eq!(k, 4, "four siblings (the three and the centring sum) in two kernels, the dependent fold after");
-    check(&s, 1e-4, 1e-3, "sum beside max and an integer sum");
-    check(&m, 0.0, 0.0, "max beside two sums");
-    check(&n, 0.0, 0.0, "integer sum beside two float folds");
-    check(&centred, 1e-3, 1e-2, "a fold of another fold's result");
+    let scaled = (&dy * &dy.max_keepdim(0)).sum(0);
+    let k = realized(&[
+        (&s, 1e-3, "sum beside max and an integer sum"),
+        (&m, 0.0, "max beside two sums"),
+        (&n, 0.0, "integer sum beside two float folds"),
+        (&scaled, 1e-3, "a fold of another fold's result"),
+    ]);
+    assert_eq!(k, 4, "four siblings (the three and the column maxima) in two kernels, the dependent fold after");
     // One pass with a team per column ([8197, 1033]) and one pass a thread per column ([100, 50]).
     let tall = stored(dev, &mut rng, &[8197, 1033]);
     let (norms, peaks) = ((&tall * &tall).sum_keepdim(0).sqrt(), tall.max(0) + 1.0);
-    assert_eq!(realized(&[&norms, &peaks]), 1, "column teams of two folds in one pass");
-    check(&norms, 1e-4, 1e-4, "column norms of [8197, 1033] beside column maxima");
-    check(&peaks, 0.0, 0.0, "column maxima of [8197, 1033] beside column norms");
+    let k = realized(&[
+        (&norms, 1e-4, "column norms of [8197, 1033] beside column maxima"),
+        (&peaks, 0.0, "column maxima of [8197, 1033] beside column norms"),
+    ]);
+    assert_eq!(k, 1, "column teams of two folds in one pass");
     let small = stored(dev, &mut rng, &[100, 50]);
     let (lo, sq) = (small.min(0), (&small * 2.0).sum(0));
-    assert_eq!(realized(&[&lo, &sq]), 1, "a thread per column keeps both folds");
-    check(&lo, 0.0, 0.0, "column minima of [100, 50]");
-    check(&sq, 1e-5, 1e-5, "doubled column sums of [100, 50]");
+    let k = realized(&[(&lo, 0.0, "column minima of [100, 50]"), (&sq, 1e-5, "doubled column sums of [100, 50]")]);
+    assert_eq!(k, 1, "a thread per column keeps both folds");
+    // Rows: a range and a mean square over 2^20 elements (partials, then their folds), and over rows of 3000.
+    let long = stored(dev, &mut rng, &[1 << 20]);
+    let (lo, hi, ms) = (long.min(0), long.max(0), (&long * &long).mean(0));
+    let k = realized(&[
+        (&lo, 0.0, "minimum of 2^20 beside the maximum"),
+        (&hi, 0.0, "maximum of 2^20 beside the minimum"),
+        (&ms, 1e-3, "mean square of 2^20"),
+    ]);
+    assert_eq!(k, 2, "three folds of 2^20 elements in two passes");
+    let wide = stored(dev, &mut rng, &[37, 3000]);
+    let (s, q) = (wide.sum(1), (&wide * &wide).sum(1).sqrt());
+    let k = realized(&[(&s, 1e-4, "row sums of [37, 3000]"), (&q, 1e-4, "row norms of [37, 3000]")]);
+    assert_eq!(k, 1, "row sums and norms in one pass");
 }
 
 #[test]
@@ -436,19 +466,31 @@ fn random_sibling_folds_match_the_reference() {
     }
 }
 
-/// Random sets of 2 to 4 column folds of one stored domain (rank 2 or 3, the folded axis not the innermost, one
-/// pass or two): prologues through transposes, broadcasts and concatenations, different ops and dtypes, small
-/// epilogues. All of them realized together take as many dispatches as the first alone, and each matches the
+/// Random sets of 2 to 4 folds of one stored domain (rank 2 or 3, along rows or columns, one pass or two):
+/// prologues through transposes, broadcasts and concatenations, different ops and dtypes, small epilogues. All of them realized together take as many dispatches as the first alone, and each matches the
 /// reference.
 fn random_sibling_folds_match_the_reference_on(dev: &Device) {
     let mut rng = Rng::new(2311);
-    for case in 0..24 {
+    for case in 0..36 {
         let rank = 2 + rng.below(2);
-        // The folded axis: 0 in rank 2, 0 or 1 in rank 3; long enough in half the cases for two passes.
-        let axis = rng.below(rank - 1);
+        // Every third case folds rows (the innermost axis, read 4 elements at a time where the reads allow), long
+        // enough for two passes (shorter row folds are phases of one rows kernel, which fusion groups), the others
+        // columns: 0 in rank 2, 0 or 1 in rank 3, long enough in half the cases for two passes.
+        let rows = case % 3 == 2;
+        let axis = if rows { rank - 1 } else { rng.below(rank - 1) };
         let mut dims: Vec<usize> = (0..rank).map(|_| 1 + rng.below(12)).collect();
-        dims[axis] = if rng.below(2) == 0 { 1 + rng.below(100) } else { 600 + rng.below(2000) };
-        dims[rank - 1] = 2 + rng.below(70);
+        if !rows {
+            dims[rank - 1] = 2 + rng.below(70);
+        }
+        dims[axis] = match (rows, rng.below(2)) {
+            (false, 0) => 1 + rng.below(100),
+            (false, _) => 600 + rng.below(2000),
+            (true, _) => 8192 + rng.below(4000),
+        };
+        if rows {
+            // Few rows, so that each is cut into chunks.
+            dims[..rank - 1].iter_mut().for_each(|d| *d = 1 + *d % 3);
+        }
         let x = stored(dev, &mut rng, &dims);
         let y = stored(dev, &mut rng, &dims);
         let mut row = dims.clone();
@@ -480,16 +522,20 @@ fn random_sibling_folds_match_the_reference_on(dev: &Device) {
             }
         };
         let count = 2 + rng.below(3);
-        let picks: Vec<usize> = (0..count).map(|_| rng.below(8)).collect();
+        // A row fold of a transposed or concatenated operand reads one element at a time and would not share the
+        // walk of one reading 4: rows draw the folds that read along the row.
+        let draw = |rng: &mut Rng| if rows { [0, 1, 2, 5, 7][rng.below(5)] } else { rng.below(8) };
+        let picks: Vec<usize> = (0..count).map(|_| draw(&mut rng)).collect();
         let folds: Vec<(Tensor, &str, f32)> = picks.iter().map(|&p| fold(p)).collect();
         let what = |name: &str| format!("case {case}: {name} of {dims:?} along {axis}");
         let alone = dispatches(dev, || fold(picks[0]).0.realize().unwrap());
         let refs: Vec<&Tensor> = folds.iter().map(|f| &f.0).collect();
+        let want = expect(&refs);
         let together = dispatches(dev, || lazor::realize(&refs).unwrap());
         assert_eq!(together, alone, "{}: {count} siblings {picks:?} as one fold's kernels", what("folds"));
-        for (t, name, tol) in &folds {
+        for ((t, name, tol), want) in folds.iter().zip(&want) {
             let n = dims[axis] as f32;
-            check(t, tol * n.sqrt(), tol * n.sqrt(), &what(name));
+            check_with(t, want, tol * n.sqrt(), tol * n.sqrt(), &what(name));
         }
     }
 }

@@ -82,8 +82,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
             Phase::Map { .. } => unreachable!("a reduce kernel's phases are sibling folds"),
         })
         .collect();
-    assert!(siblings.is_empty() || !r.rows, "only column folds have siblings");
-    if r.rows {
+    if r.rows && siblings.is_empty() {
         if e.wide {
             accumulate(&mut e, &f, "lo / 4u + lane_t", "team", "hi / 4u", 1, false);
         } else {
@@ -92,6 +91,25 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         tree(&mut e, r.op, dt, 1, None);
         e.line(1, "if (lane_t != 0u || !valid) { return; }");
         e.line(1, &format!("let folded = bitcast<{}>(total);", lane_type(dt, 1)));
+    } else if r.rows {
+        let (start, end) = if e.wide { ("lo / 4u + lane_t", "hi / 4u") } else { ("lo + lane_t", "hi") };
+        accumulate_all(&mut e, &f, &siblings, start, "team", end, 1, false);
+        // Each fold's tree in a block of its own (`acc` naming its accumulator there), alternating between the
+        // halves of `red` as a rows kernel's folds do, so one barrier a fold keeps them apart.
+        let folds = std::iter::once((&f, "folded".to_string(), "acc".to_string()))
+            .chain(siblings.iter().enumerate().map(|(p, s)| (s, format!("f{p}"), sibling_acc(p))));
+        for (n, (fold, name, acc)) in folds.enumerate() {
+            let dt = k.types[fold.value];
+            e.line(1, &format!("var {name}: {};", lane_type(dt, 1)));
+            e.line(1, "{");
+            if acc != "acc" {
+                e.line(2, &format!("let acc = {acc};"));
+            }
+            tree(&mut e, fold.op, dt, 2, Some(n % 2));
+            e.line(2, &format!("{name} = bitcast<{}>(total);", lane_type(dt, 1)));
+            e.line(1, "}");
+        }
+        e.line(1, "if (lane_t != 0u || !valid) { return; }");
     } else if r.column_team {
         accumulate_all(&mut e, &f, &siblings, "lo + sub", "team", "hi", 1, false);
         // Each thread reads only its own word of `red` before writing it again for the next fold's tree, whose
@@ -216,7 +234,6 @@ fn accumulate_all(
 ) {
     let names: Vec<String> = std::iter::once("acc".to_string()).chain((0..siblings.len()).map(sibling_acc)).collect();
     let folds: Vec<&Fold> = std::iter::once(f).chain(siblings).collect();
-    assert!(folds.len() == 1 || !e.wide, "sibling folds run one element per thread");
     for (fold, name) in folds.iter().zip(&names) {
         // Accumulates in the value's lanes: f16 and bf16 values in f32, rounded only when the fold is read.
         let dt = e.k.types[fold.value].lanes();
@@ -235,26 +252,30 @@ fn accumulate_all(
         }
     };
     steps(e, [start, step, end], depth, cached, f.unroll, each);
+    let wide = e.wide;
     for (fold, name) in folds.iter().zip(&names) {
         let dt = e.k.types[fold.value].lanes();
-        // The combined vector is `{name}v`, not `{name}{unroll}`, which would be an accumulator's name were unroll
-        // above 4.
         let mut pairs: Vec<String> = (0..f.unroll).map(|u| format!("{name}{u}")).collect();
         while pairs.len() > 1 {
             let next: Vec<String> =
                 pairs.chunks(2).map(|p| format!("({})", e.b.binary(fold.op.combine(), dt, &p[0], &p[1]))).collect();
             pairs = next;
         }
-        if e.wide {
-            e.line(depth, &format!("let {name}v = {};", pairs[0]));
-            e.wide = false;
-            e.b.set_width(1);
+        // The combined vector is `{name}v`, not `{name}{unroll}`, which would be an accumulator's name were unroll
+        // above 4.
+        let whole = if wide { format!("{name}v") } else { name.clone() };
+        e.line(depth, &format!("let {whole} = {};", pairs[0]));
+    }
+    if wide {
+        // Each vector's lanes meet, scalar from here on.
+        e.wide = false;
+        e.b.set_width(1);
+        for (fold, name) in folds.iter().zip(&names) {
+            let dt = e.k.types[fold.value].lanes();
             let xy = e.b.binary(fold.op.combine(), dt, &format!("{name}v.x"), &format!("{name}v.y"));
             let zw = e.b.binary(fold.op.combine(), dt, &format!("{name}v.z"), &format!("{name}v.w"));
             let all = e.b.binary(fold.op.combine(), dt, &format!("({xy})"), &format!("({zw})"));
             e.line(depth, &format!("let {name} = {all};"));
-        } else {
-            e.line(depth, &format!("let {name} = {};", pairs[0]));
         }
     }
 }

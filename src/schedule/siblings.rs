@@ -1,13 +1,14 @@
-//! Sibling folds: column-fold kernels of one depth that fold the same domain along the same axis in the same way
-//! and read a common buffer merge into one kernel that walks the domain once and keeps a fold per value. A layer
+//! Sibling folds: reduce kernels of one depth that fold the same domain along the same axis in the same way and
+//! read a common buffer merge into one kernel that walks the domain once and keeps a fold per value. A layer
 //! norm's weight and bias gradients, `(dy * xhat).sum(0)` and `dy.sum(0)`, read `dy` once, and their second passes
-//! (each reading partials the merged first pass wrote) merge too.
+//! (each reading partials the merged first pass wrote) merge too; so do `x.min()` and `x.max()`.
 
 use crate::hash::FastMap;
 use crate::kernel::{CatPart, Frame, Instr, Kernel, Kind, Phase, ViewRef};
 use std::ops::Range;
 
-/// The most folds one kernel keeps: each is [`crate::codegen`]'s column unroll of registers per thread.
+/// The most folds one kernel keeps: each holds its own unrolled accumulators in registers (16 per thread in a
+/// column fold).
 const MAX_FOLDS: usize = 4;
 
 /// `kernels` (in [`super::by_depth`]'s order, so kernels of one depth are neighbours and none of them reads
@@ -30,7 +31,7 @@ pub(super) fn merge(kernels: Vec<Kernel>, max_bindings: usize) -> Vec<Kernel> {
     // The kernel each one was merged into (itself if none): where a merged kernel's outputs now come from.
     let mut into: Vec<usize> = (0..n).collect();
     for j in 0..n {
-        if !kernels[j].as_ref().is_some_and(|k| column_fold(k) && k.phases.is_empty()) {
+        if !kernels[j].as_ref().is_some_and(|k| foldable(k) && k.phases.is_empty()) {
             continue;
         }
         let b = kernels[j].as_ref().expect("not merged yet");
@@ -55,11 +56,10 @@ pub(super) fn merge(kernels: Vec<Kernel>, max_bindings: usize) -> Vec<Kernel> {
     kernels.into_iter().flatten().collect()
 }
 
-/// Whether `k` folds columns one element per thread step: the kernels whose folds can share a walk.
-fn column_fold(k: &Kernel) -> bool {
-    let Kind::Reduce(r) = k.kind else { return false };
-    !r.rows
-        && k.width == 1
+/// Whether `k` is a fold whose walk another fold can share: a reduce kernel reading no tiles and storing at its own
+/// index.
+fn foldable(k: &Kernel) -> bool {
+    matches!(k.kind, Kind::Reduce(_))
         && k.vectors == 1
         && k.tiles.is_empty()
         && k.aliases.is_empty()
@@ -67,18 +67,20 @@ fn column_fold(k: &Kernel) -> bool {
         && k.dims_at.is_some()
 }
 
-/// Whether `b` (one fold) can join `a`: the same domain, axis, chunks and teams, room for one more fold, and
-/// bindings within `max`.
+/// Whether `b` (one fold) can join `a`: the same domain, axis, layout (rows or columns), elements per thread,
+/// chunks and teams, room for one more fold, and bindings within `max`.
 fn fits(a: &Kernel, b: &Kernel, max: usize) -> bool {
     let (Kind::Reduce(ra), Kind::Reduce(rb)) = (a.kind, b.kind) else { return false };
     let same = ra.axis == rb.axis
+        && ra.rows == rb.rows
+        && a.width == b.width
         && ra.column_team == rb.column_team
         && ra.partial == rb.partial
         && a.shape == b.shape
         && a.params[0] == b.params[0]
         && a.params[ra.chunks_at] == b.params[rb.chunks_at]
         && a.params[ra.team_at] == b.params[rb.team_at];
-    if !same || !column_fold(a) || a.phases.len() + 2 > MAX_FOLDS {
+    if !same || !foldable(a) || a.phases.len() + 2 > MAX_FOLDS {
         return false;
     }
     let shared = b.inputs.iter().zip(&b.in_types).filter(|&(x, t)| shared_input(a, *x, *t).is_some()).count();
@@ -267,6 +269,27 @@ mod tests {
         assert_eq!(k.len(), 1);
         assert_eq!(k[0].phases.len(), 1);
         crate::codegen::validate(&crate::codegen::generate(&k[0], &Default::default()));
+    }
+
+    #[test]
+    fn row_folds_merge_and_fold_in_turn() {
+        use crate::codegen::{generate, validate, Target};
+        let mut g = Graph::default();
+        let x = data(&mut g, &[1 << 20]);
+        let (lo, hi) = (fold(&mut g, ReduceOp::Min, x, 0), fold(&mut g, ReduceOp::Max, x, 0));
+        let k = plan(&g, &[lo, hi], &Options::TEST).kernels.to_vec();
+        assert_eq!(k.len(), 2, "partials of both, then both folds of them");
+        for k in &k {
+            let Kind::Reduce(r) = k.kind else { panic!("a fold") };
+            assert!(r.rows && k.phases.len() == 1);
+            for subgroups in [false, true] {
+                let src = generate(k, &Target { subgroups, ..Default::default() });
+                validate(&src);
+                // Each fold's tree on its own half of `red`.
+                assert!(src.contains("let acc = s0acc;"), "{src}");
+            }
+        }
+        assert_eq!(k[0].width, 4, "both read x 4 elements at a time");
     }
 
     #[test]

@@ -118,11 +118,25 @@ pub fn assert_close(got: &[f32], want: &[f32], rel: f32, abs: f32, what: &str) {
 /// bools exactly. Returns the device's values as f32.
 ///
 /// Check an expression before anything realizes it: a realized tensor is a buffer, and the reference reads its
-/// values back from the device, a check that cannot fail (a full run with that asserted found no such check left
-/// but a view of a stored tensor that is the tensor itself).
+/// values back from the device, a check that cannot fail. To check tensors realized together (counting their
+/// dispatches), take their reference values first with [`expect`] and compare with [`check_with`].
 #[track_caller]
 pub fn check(t: &Tensor, rel: f32, abs: f32, what: &str) -> Vec<f32> {
     let want = lazor::reference::eval_lanes(&[t]).pop().unwrap();
+    check_with(t, &want, rel, abs, what)
+}
+
+/// The reference's values of `ts` (as lanes of their types), taken before anything realizes them, for
+/// [`check_with`].
+pub fn expect(ts: &[&Tensor]) -> Vec<Vec<u32>> {
+    assert!(ts.iter().all(|t| !t.is_realized()), "expect: a realized tensor's reference is its own buffer");
+    lazor::reference::eval_lanes(ts)
+}
+
+/// [`check`] of `t` against the reference's values `want`, from [`expect`].
+#[track_caller]
+pub fn check_with(t: &Tensor, want: &[u32], rel: f32, abs: f32, what: &str) -> Vec<f32> {
+    let want = want.to_vec();
     let got = lazor::reference::device_lanes(t);
     let dt = t.dtype();
     let as_f32 =
