@@ -3,7 +3,6 @@
 //! norm's weight and bias gradients, `(dy * xhat).sum(0)` and `dy.sum(0)`, read `dy` once, and their second passes
 //! (each reading partials the merged first pass wrote) merge too; so do `x.min()` and `x.max()`.
 
-use crate::hash::FastMap;
 use crate::kernel::{CatPart, Frame, Instr, Kernel, Kind, Phase, ViewRef};
 use std::ops::Range;
 
@@ -16,17 +15,8 @@ const MAX_FOLDS: usize = 4;
 /// fold and holds the sibling's as [`Kernel::phases`], its epilogue reading it as [`Instr::Folded`].
 pub(super) fn merge(kernels: Vec<Kernel>, max_bindings: usize) -> Vec<Kernel> {
     let n = kernels.len();
-    let mut writer: FastMap<usize, usize> = FastMap::default();
-    for (i, k) in kernels.iter().enumerate() {
-        for &(s, _) in &k.outputs {
-            writer.entry(s).or_insert(i);
-        }
-    }
-    let mut depth = vec![0usize; n];
-    for (i, k) in kernels.iter().enumerate() {
-        let reads = k.inputs.iter().filter_map(|(s, _)| writer.get(s)).filter(|&&w| w < i);
-        depth[i] = reads.map(|&w| depth[w] + 1).max().unwrap_or(0);
-    }
+    let writer = super::writers(&kernels);
+    let depth = super::depths(&kernels, &writer);
     let mut kernels: Vec<Option<Kernel>> = kernels.into_iter().map(Some).collect();
     // The kernel each one was merged into (itself if none): where a merged kernel's outputs now come from.
     let mut into: Vec<usize> = (0..n).collect();
@@ -88,7 +78,7 @@ fn fits(a: &Kernel, b: &Kernel, max: usize) -> bool {
     1 + a.outputs.len() + b.outputs.len() + inputs <= max
 }
 
-/// The input of `a` bound as `input` (slot, as vectors) is with element type `dt`, if any.
+/// Which input of `a` binds `input` (its slot, and whether as vectors) with element type `dt`, if one does.
 fn shared_input(a: &Kernel, input: (usize, bool), dt: crate::dtype::DType) -> Option<usize> {
     a.inputs.iter().zip(&a.in_types).position(|(&x, &t)| x == input && t == dt)
 }
@@ -141,12 +131,7 @@ fn absorb(a: &mut Kernel, b: Kernel) {
     a.frames.extend(b.frames.iter().map(|f| moved.frame_of(f)));
     a.consts.extend(b.consts.iter().map(|&(p, id)| (p + p0, id)));
     a.params.extend(&b.params);
-    for phase in &mut a.phases {
-        if let Phase::Fold { body, value, .. } = phase {
-            *value = a_at(*value);
-            *body = keep.range(body.clone());
-        }
-    }
+    // Earlier siblings' values lie in `a`'s prologue, whose numbering stays.
     a.phases.push(Phase::Fold { op: rb.op, body: apro..apro + bpro, value: b_at(rb.value), output: None });
     ra.prologue = apro + bpro;
     a.kind = Kind::Reduce(ra);
