@@ -421,6 +421,20 @@ fn sibling_folds_walk_their_domain_once_on(dev: &Device) {
     assert_eq!(k, 2, "both folds' partials in one kernel, then both folds of them");
     let alone = (&dy * &x).sum(0) * 0.25;
     assert_eq!(realized(&[(&alone, 1e-3, "a fold alone")]), 2, "alone, a fold keeps its two passes");
+    // The same siblings with other constants reuse the plan, whose merged kernels then read the new constants
+    // where the sibling's parameters moved.
+    for (n, c) in [2.0f32, -3.0, 0.25].into_iter().enumerate() {
+        let (w, b) = ((&dy * &x).sum(0) * c + &other, (dy.sum(0) * (c + 0.5)).abs().sqrt());
+        let want = expect(&[&w, &b]);
+        let before = dev.stats();
+        lazor::realize(&[&w, &b]).unwrap();
+        let after = dev.stats();
+        assert_eq!(after.dispatches - before.dispatches, 2, "the siblings with {c}");
+        // The first of these plans afresh (its graph has one more op than the siblings' above).
+        assert_eq!(after.plans_reused - before.plans_reused, (n > 0) as u64, "the plan of the siblings with {c}");
+        check_with(&w, &want[0], 1e-3, 1e-3, &format!("(dy * x).sum(0) * {c} + other beside its sibling"));
+        check_with(&b, &want[1], 1e-3, 1e-3, &format!("(dy.sum(0) * {c} + 0.5).abs().sqrt() beside its sibling"));
+    }
     // Three siblings of different ops and dtypes, and a fold that reads another's result, which stays apart.
     let (s, m) = ((&dy * &x).sum(0), dy.max(0));
     let n = dy.to_dtype(DType::I32).sum(0);
