@@ -433,7 +433,7 @@ fn sibling_folds_walk_their_domain_once_on(dev: &Device) {
         // The first of these plans afresh (its graph has one more op than the siblings' above).
         assert_eq!(after.plans_reused - before.plans_reused, (n > 0) as u64, "the plan of the siblings with {c}");
         check_with(&w, &want[0], 1e-3, 1e-3, &format!("(dy * x).sum(0) * {c} + other beside its sibling"));
-        check_with(&b, &want[1], 1e-3, 1e-3, &format!("(dy.sum(0) * {c} + 0.5).abs().sqrt() beside its sibling"));
+        check_with(&b, &want[1], 1e-3, 1e-3, &format!("(dy.sum(0) * ({c} + 0.5)).abs().sqrt() beside its sibling"));
     }
     // Three siblings of different ops and dtypes, and a fold that reads another's result, which stays apart.
     let (s, m) = ((&dy * &x).sum(0), dy.max(0));
