@@ -115,8 +115,9 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
 
 /// For pictures of the graph: the nodes each future kernel computes (its stored members and the expressions
 /// inlined into them), kernels in execution order, and the nodes that are buffers (leaves and stored results).
-/// The first grouping, before lowering's retries: a view lowering cannot express may later split a kernel, and a
-/// copy its products store into themselves (`redirect.rs`) is drawn though it never runs.
+/// The first grouping, before lowering's retries: a view lowering cannot express may later split a kernel, a copy
+/// its products store into themselves (`redirect.rs`) is drawn though it never runs, and sibling folds that run as
+/// one kernel (`siblings.rs`) are drawn apart.
 pub fn kernel_nodes(graph: &Graph, outputs: &[NodeId], opts: &Options) -> (Vec<NodeId>, Vec<Vec<NodeId>>) {
     let (unique, seen) = dedup(outputs);
     let order = toposort::toposort(graph, &unique);
