@@ -425,6 +425,17 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// A reduce kernel's folds in one walk, each as (op, instruction folded): its main fold, then its siblings
+    /// (`phases`). Empty for other kinds.
+    pub fn folds(&self) -> Vec<(ReduceOp, usize)> {
+        let Kind::Reduce(r) = self.kind else { return Vec::new() };
+        let siblings = self.phases.iter().map(|p| match p {
+            Phase::Fold { op, value, .. } => (*op, *value),
+            Phase::Map { .. } => unreachable!("a reduce kernel's phases are sibling folds"),
+        });
+        std::iter::once((r.op, r.value)).chain(siblings).collect()
+    }
+
     /// Parameter `at` as the `i32` it holds (a stride, offset, shift or bound).
     pub fn signed(&self, at: usize) -> i64 {
         self.params[at] as i32 as i64
@@ -486,12 +497,12 @@ impl Kernel {
             })
         };
         let mut ops: Vec<&'static str> = head.into_iter().collect();
-        let rows = matches!(self.kind, Kind::Rows { .. });
-        if !rows {
+        if !matches!(self.kind, Kind::Rows { .. }) {
             ops.extend(self.body.iter().filter_map(op_of));
+            return kernel_name(&ops, self.shape.dims());
         }
         // A rows kernel: each phase's ops, then the fold it ends with.
-        for phase in self.phases.iter().filter(|_| rows) {
+        for phase in &self.phases {
             let (body, fold) = match phase {
                 Phase::Fold { op, body, .. } => (body, Some(op.name())),
                 Phase::Map { body, .. } => (body, None),

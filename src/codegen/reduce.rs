@@ -10,7 +10,7 @@
 use super::emit::Emitter;
 use super::{lane_type, param, Target, WORKGROUP_SIZE};
 use crate::dtype::DType;
-use crate::kernel::{Kernel, Kind, Phase};
+use crate::kernel::{Kernel, Kind};
 use crate::op::ReduceOp;
 use std::fmt::Write;
 
@@ -74,13 +74,9 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let unroll = if r.rows { UNROLL } else { COLUMN_UNROLL };
     let f = Fold { op: r.op, axis: r.axis, body: 0..r.prologue, value: r.value, unroll };
     // Sibling folds share the walk: the prologue computes every value, each folded into accumulators of its own.
-    let siblings: Vec<Fold> = k
-        .phases
+    let siblings: Vec<Fold> = k.folds()[1..]
         .iter()
-        .map(|p| match p {
-            Phase::Fold { op, value, .. } => Fold { op: *op, axis: r.axis, body: 0..r.prologue, value: *value, unroll },
-            Phase::Map { .. } => unreachable!("a reduce kernel's phases are sibling folds"),
-        })
+        .map(|&(op, value)| Fold { op, axis: r.axis, body: 0..r.prologue, value, unroll })
         .collect();
     if r.rows && siblings.is_empty() {
         if e.wide {

@@ -71,12 +71,7 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
     part_dims[r.axis] = chunks;
     let walk = Walk { k, ctx: &ctx, dims: &dims, axis: r.axis, rows: r.rows, strided };
     // The main fold, then its siblings (folds of values the same prologue computes, in the same walk).
-    let mut folds = vec![(r.op, r.value)];
-    folds.extend(k.phases.iter().map(|p| match p {
-        Phase::Fold { op, value, .. } => (*op, *value),
-        Phase::Map { .. } => unreachable!("a reduce kernel's phases are sibling folds"),
-    }));
-    let folding = Folding { body: 0..r.prologue, folds };
+    let folding = Folding { body: 0..r.prologue, folds: k.folds() };
     tasks_with(
         blocks * chunks,
         || (Regs::new(&ctx), Batch::empty()),
@@ -113,8 +108,8 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
             if r.partial {
                 return;
             }
-            let folded = std::mem::take(&mut accs[0]);
-            accs.remove(0);
+            let siblings = accs.split_off(1);
+            let folded = accs.pop().expect("the main fold");
             let own = Own::From(block.start);
             let batch = Batch {
                 len: block.len(),
@@ -124,7 +119,7 @@ pub(super) fn reduce(k: &Kernel, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) 
                 ahead: block.len(),
                 folded,
                 folds: Vec::new(),
-                siblings: accs,
+                siblings,
             };
             eval(&ctx, r.prologue..k.body.len(), &batch, regs);
             for ((o, &(_, v)), &dt) in outs.iter().zip(&k.outputs).zip(&k.out_types) {
