@@ -2,7 +2,7 @@
 //! views and reductions; the CPU backend next to a hand-written rayon loop, lavapipe and ndarray.
 //! Prints markdown tables; `docs/BENCHMARKS.md` records what it printed. This file parses the arguments and runs
 //! the sections; each section is a file under `bench/` (`elementwise.rs`, `views.rs`, `reductions.rs`, `cpu.rs` with `cpu_ops.rs` and `cpu_views.rs`,
-//! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`, `steady.rs`, `shapes.rs`, `clock.rs`), over the shared `timing.rs` (settings, medians, number formats),
+//! `matmul.rs`, `dtypes.rs`, `life.rs`, `random.rs`, `training.rs`, `steady.rs`, `shapes.rs`, `clock.rs`, `grouping.rs`), over the shared `timing.rs` (settings, medians, number formats),
 //! `check.rs` (checks against the host, dispatch counts) and `raw.rs` (raw wgpu copies and hand-written kernels).
 //!
 //! ```text
@@ -17,6 +17,7 @@
 //! cargo run --release --example bench -- life         # only the process-life section (bench/life.rs)
 //! cargo run --release --example bench -- shapes       # a training step's products one by one (bench/shapes.rs)
 //! cargo run --release --example bench -- clock        # chain3 beside the GPU's SM clock (bench/clock.rs)
+//! cargo run --release --example bench -- grouping     # independent kernels alone and grouped (bench/grouping.rs)
 //! ```
 //!
 //! The matmul section (in `bench/matmul.rs`) times the cases of `torch_reference.py matmul`: square products,
@@ -71,6 +72,8 @@ mod cpu_views;
 mod dtypes;
 #[path = "bench/elementwise.rs"]
 mod elementwise;
+#[path = "bench/grouping.rs"]
+mod grouping;
 #[path = "bench/life.rs"]
 mod life;
 #[path = "bench/matmul.rs"]
@@ -123,7 +126,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    const SECTIONS: [&str; 13] = [
+    const SECTIONS: [&str; 14] = [
         "elementwise",
         "views",
         "reductions",
@@ -137,9 +140,10 @@ fn main() -> ExitCode {
         "steady",
         "shapes",
         "clock",
+        "grouping",
     ];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [cpu-views] [matmul] [dtypes] [life] [random] [training] [steady] [shapes] [clock] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [cpu-views] [matmul] [dtypes] [life] [random] [training] [steady] [shapes] [clock] [grouping] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -200,6 +204,13 @@ fn main() -> ExitCode {
     if wanted("clock") {
         let (dev, small) = default_device();
         if !clock::run(&dev, if small { 1 << 20 } else { 1 << 26 }) {
+            return ExitCode::FAILURE;
+        }
+    }
+    if wanted("grouping") {
+        let (dev, small) = default_device();
+        let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
+        if !grouping::run(&dev, &cfg, small) {
             return ExitCode::FAILURE;
         }
     }

@@ -27,6 +27,11 @@ pub fn nofuse() -> bool {
     flag("LAZOR_NOFUSE")
 }
 
+/// `LAZOR_GROUP=1`: kernels that neither read nor write what another writes share one dispatch.
+pub fn group() -> bool {
+    flag("LAZOR_GROUP")
+}
+
 /// `LAZOR_MAX_FUSED_OPS`: the most ops one generated kernel computes (default 256, at most 1024; longer chains
 /// split). The cap bounds the depth of lowering's recursion as well as driver compile time.
 pub fn max_fused_ops() -> usize {

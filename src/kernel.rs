@@ -97,6 +97,8 @@ pub struct Thin {
 pub const THIN_SIDE: usize = 16;
 /// Threads per wide output of a [`Thin`] product with a team.
 pub const THIN_TEAM: usize = 32;
+/// Steps of k a [`Thin`] product stages per slab of its narrow operand (`KC` in `kernels/matmul_thin.wgsl`).
+pub const THIN_SLAB: usize = 256;
 
 impl Thin {
     /// The layout of an `m x n` product with at most [`THIN_SIDE`] outputs along a side, given `contiguous(a,
@@ -422,6 +424,10 @@ pub struct Kernel {
     pub store_view: Option<usize>,
     /// Graph ops this kernel computes, for debugging output.
     pub fused_ops: usize,
+    /// Whether this kernel runs in one dispatch with the kernel before it (`schedule/group.rs`): the two neither
+    /// read nor write what the other writes, so a GPU runs them side by side, each on its own range of
+    /// workgroups. A backend that runs kernels one by one may ignore it.
+    pub joins: bool,
 }
 
 impl Kernel {
@@ -513,10 +519,30 @@ impl Kernel {
         kernel_name(&ops, self.shape.dims())
     }
 
-    /// Storage buffers the kernel binds: parameters, outputs and inputs.
-    #[cfg(test)]
+    /// Storage buffers the kernel binds: parameters, outputs and inputs (an input stored into is bound once, as
+    /// its output).
     pub fn bindings(&self) -> usize {
+        1 + self.outputs.len() + self.inputs.len() - self.aliases.len()
+    }
+
+    /// The range of binding numbers its WGSL declares: parameters, outputs, inputs (an input stored into leaves
+    /// its number unused).
+    pub fn binding_span(&self) -> usize {
         1 + self.outputs.len() + self.inputs.len()
+    }
+
+    /// Bytes of workgroup memory its WGSL declares, at most; `None` for a product that may run on tensor cores
+    /// (both operands f16), whose kernel the backend picks by its adapter. Grouped kernels
+    /// (`schedule/group.rs`) share a workgroup's memory limit.
+    pub fn workgroup_bytes(&self) -> Option<u32> {
+        let f32s = |n: usize| n as u32 * 4;
+        Some(match self.kind {
+            Kind::Matmul(mm) if self.types[mm.a] == DType::F16 && self.types[mm.b] == DType::F16 => return None,
+            Kind::Matmul(Matmul { thin: Some(thin), .. }) => f32s(THIN_SLAB * thin.narrow as usize),
+            Kind::Matmul(mm) => mm.tile.workgroup_bytes(),
+            Kind::Reduce(_) | Kind::Rows { .. } => f32s(WORKGROUP_SIZE as usize),
+            Kind::Elementwise => f32s(self.tiles.len() * TILE * (TILE + 1)),
+        })
     }
 }
 
@@ -533,4 +559,16 @@ pub fn kernel_name(ops: &[&str], shape: &[usize]) -> String {
     }
     let what = if once.is_empty() { "copy".to_string() } else { once.join("+") };
     format!("{what} [{}]", dims.join("x"))
+}
+
+/// The kernels of each dispatch, in order: a kernel that [`Kernel::joins`] runs in the dispatch of the one before.
+pub fn dispatches(kernels: &[Kernel]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for (n, k) in kernels.iter().enumerate() {
+        match out.last_mut() {
+            Some(last) if k.joins => last.end = n + 1,
+            _ => out.push(n..n + 1),
+        }
+    }
+    out
 }

@@ -29,6 +29,14 @@ impl Run {
         };
         Run { name: kernel.name(), time, bytes, flops }
     }
+
+    /// This run and `other`, a kernel of the same dispatch, as one: `a | b`, their bytes and flops added.
+    pub fn join(&mut self, other: Run) {
+        self.name = format!("{} | {}", self.name, other.name);
+        self.time = self.time.or(other.time);
+        self.bytes += other.bytes;
+        self.flops += other.flops;
+    }
 }
 
 /// One kernel of a [`Profile`]: every dispatch of it the profiled code made, together.

@@ -30,6 +30,7 @@ pub(crate) struct Engine {
     pub backend: Backends,
     state: Mutex<State>,
     fuse: AtomicBool,
+    group: AtomicBool,
     /// `LAZOR_MAX_FUSED_OPS`, read once.
     pub max_ops: usize,
     /// `LAZOR_DEBUG`, read once.
@@ -37,12 +38,14 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// An engine on `backend`, with the knobs `LAZOR_NOFUSE`, `LAZOR_MAX_FUSED_OPS` and `LAZOR_DEBUG` read now.
+    /// An engine on `backend`, with the knobs `LAZOR_NOFUSE`, `LAZOR_GROUP`, `LAZOR_MAX_FUSED_OPS` and
+    /// `LAZOR_DEBUG` read now.
     pub(crate) fn new(backend: Backends) -> Engine {
         Engine {
             backend,
             state: Mutex::new(State::default()),
             fuse: AtomicBool::new(!crate::env::nofuse()),
+            group: AtomicBool::new(crate::env::group()),
             max_ops: crate::env::max_fused_ops(),
             debug: crate::env::debug_level(),
         }
@@ -58,6 +61,14 @@ impl Engine {
 
     pub(crate) fn set_fusion(&self, on: bool) {
         self.fuse.store(on, Ordering::Relaxed);
+    }
+
+    pub(crate) fn grouping(&self) -> bool {
+        self.group.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_grouping(&self, on: bool) {
+        self.group.store(on, Ordering::Relaxed);
     }
 
     pub(crate) fn name(&self) -> String {
@@ -105,6 +116,7 @@ impl Engine {
         let backend = &*self.backend;
         Options {
             fuse: self.fusion(),
+            group: self.grouping(),
             max_bindings: backend.max_bindings(),
             max_ops: self.max_ops,
             matmul_tile: crate::env::matmul_tile().map(|[bm, bn, bk, tm, tn]| crate::kernel::MatmulTile {
@@ -116,6 +128,7 @@ impl Engine {
             }),
             matmul_tiles: backend.matmul_tiles(),
             row_team_min: backend.row_team_min(),
+            workgroup_bytes: backend.workgroup_bytes(),
         }
     }
 
@@ -196,7 +209,12 @@ impl Engine {
             for (n, kernel) in plan.kernels.iter().enumerate() {
                 let slots = kernel.inputs.iter().map(|i| i.0).chain(kernel.outputs.iter().map(|o| o.0));
                 let bytes = slots.map(|s| plan.slots[s].bytes).sum();
-                runs.push(crate::profile::Run::of(kernel, bytes, done.times.get(n).copied().flatten()));
+                let run = crate::profile::Run::of(kernel, bytes, done.times.get(n).copied().flatten());
+                // Kernels of one dispatch are one run, timed together.
+                match runs.last_mut() {
+                    Some(last) if kernel.joins => last.join(run),
+                    _ => runs.push(run),
+                }
             }
         }
 

@@ -8,8 +8,11 @@ pub struct Stats {
     /// `queue.submit` calls: one per realize that had GPU work, except that realizes made while the GPU is busy are
     /// batched into one (see [`Device::flush`](crate::Device::flush)).
     pub submits: u64,
-    /// Compute dispatches (kernels run).
+    /// Compute dispatches: a kernel each, or several kernels side by side where none reads what another writes
+    /// (the backends count alike: the CPU backend counts a dispatch where a GPU would run one).
     pub dispatches: u64,
+    /// Kernels run: as many as `dispatches`, plus those that ran in one dispatch with another.
+    pub kernels: u64,
     /// Realizes whose plan (fusion, kernels, memory plan) came from the plan cache: an earlier realize had the same
     /// structure (ops, shapes, types, views, requested outputs; constants' values may differ).
     pub plans_reused: u64,

@@ -205,8 +205,11 @@ fn fusion_modes() -> Vec<bool> {
     }
 }
 
-/// The first disagreement of `p` on `dev` with fusion `fuse`, shrunk and printed, or `None`.
+/// The first disagreement of `p` on `dev` with fusion `fuse`, shrunk and printed, or `None`. Fused programs of
+/// odd seeds run with independent kernels grouped into shared dispatches (`Device::set_grouping`).
 fn report(seed: u64, p: &Program, want: &Expected, dev: &Device, fuse: bool) -> Option<String> {
+    let group = fuse && seed % 2 == 1;
+    dev.set_grouping(group);
     dev.set_fusion(fuse);
     let why = check(p, want, dev)?;
     let fails = |q: &Program| {
@@ -219,9 +222,10 @@ fn report(seed: u64, p: &Program, want: &Expected, dev: &Device, fuse: bool) -> 
     dev.set_fusion(fuse);
     let small_why = check(&small, &w, dev).unwrap_or_default();
     Some(format!(
-        "differential: seed {seed} fails on {} (fusion {}): {why}\nshrunk ({} steps): {small_why}\n{}",
+        "differential: seed {seed} fails on {} (fusion {}, grouping {}): {why}\nshrunk ({} steps): {small_why}\n{}",
         dev.name(),
         if fuse { "on" } else { "off" },
+        if group { "on" } else { "off" },
         small.steps.len(),
         to_rust(&small)
     ))
@@ -261,6 +265,7 @@ fn fuzz(first_seed: u64, count: usize, gpu_count: usize, max_steps: usize) {
                 }
             }
             dev.set_fusion(true);
+            dev.set_grouping(false);
         }
         if let Some(file) = dump.as_mut() {
             use std::io::Write;

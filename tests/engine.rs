@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_close, check, devices, Rng};
+use common::{assert_close, check, check_with, devices, expect, Rng};
 use lazor::{Error, Tensor};
 
 fn inputs(dev: &lazor::Device, n: usize, seed: u64) -> (Tensor, Tensor, Tensor) {
@@ -366,6 +366,63 @@ fn more_than_65535_workgroups_fold_into_two_dimensions() {
         let b = &a * &two + 1.0;
         let got = b.to_vec();
         for (i, v) in got.iter().enumerate() {
+            assert_eq!(*v, (i % 1000) as f32 * 2.0 + 1.0, "element {i}");
+        }
+    }
+}
+
+#[test]
+fn independent_kernels_share_dispatches_when_grouping_is_on() {
+    for dev in devices() {
+        let mut rng = Rng::new(11);
+        let mut t = |dims: &[usize]| {
+            let n = dims.iter().product();
+            Tensor::from_vec_on(rng.vec(n, -2.0, 2.0), dims, &dev)
+        };
+        let (x, y, z, w) = (t(&[300, 257]), t(&[100, 33]), t(&[70, 513]), t(&[4099]));
+        let pairs = || [[x.sum(1), (&w * 3.0).exp() - 1.0], [(&y * 2.0).max(0), z.softmax(-1)]];
+        // Off (the default), each kernel has its dispatch; on, a row fold and a map share one, as do a column
+        // fold and a softmax, none reading another.
+        for (on, dispatches) in [(false, 2), (true, 1)] {
+            dev.set_grouping(on);
+            for outs in pairs() {
+                let refs: Vec<&Tensor> = outs.iter().collect();
+                let want = expect(&refs);
+                let before = dev.stats();
+                lazor::realize(&refs).unwrap();
+                let after = dev.stats();
+                let counts = (after.kernels - before.kernels, after.dispatches - before.dispatches);
+                assert_eq!(counts, (2, dispatches), "{}: grouping {on}", dev.name());
+                for (n, (o, w)) in outs.iter().zip(&want).enumerate() {
+                    check_with(o, w, 1e-5, 1e-5, &format!("{}: grouping {on}, member {n}", dev.name()));
+                }
+            }
+        }
+        // Products run alone; a fold of a product waits for it, and three folds take two dispatches.
+        let (a, b, c, d) = (t(&[70, 33]), t(&[33, 130]), t(&[129, 64]), t(&[64, 17]));
+        let (p, q) = (a.matmul(&b), c.matmul(&d));
+        let (r, s) = (p.sum(0), x.max(1));
+        let u = y.sum(1);
+        let outs = [&p, &q, &r, &s, &u];
+        let want = expect(&outs);
+        let before = dev.stats();
+        lazor::realize(&outs).unwrap();
+        let after = dev.stats();
+        assert_eq!((after.kernels - before.kernels, after.dispatches - before.dispatches), (5, 4), "{}", dev.name());
+        for (n, o) in outs.into_iter().enumerate() {
+            check_with(o, &want[n], 1e-5, 1e-4, &format!("{}: output {n}", dev.name()));
+        }
+        // Past 65535 workgroups: a member's grid folds into two dimensions inside the group's.
+        let n = 65_535 * 256 + 1000;
+        let big = Tensor::from_vec_on((0..n).map(|i| (i % 1000) as f32).collect(), [n], &dev);
+        let two = Tensor::from_vec_on(vec![2.0], [1], &dev);
+        let (wide, small) = (&big * &two + 1.0, t(&[5000]).sum(0));
+        let want = expect(&[&small]);
+        let before = dev.stats();
+        lazor::realize(&[&small, &wide]).unwrap();
+        assert_eq!(dev.stats().dispatches - before.dispatches, 1, "{}", dev.name());
+        check_with(&small, &want[0], 1e-5, 1e-4, "a fold beside 65,536 workgroups");
+        for (i, v) in wide.to_vec().iter().enumerate() {
             assert_eq!(*v, (i % 1000) as f32 * 2.0 + 1.0, "element {i}");
         }
     }

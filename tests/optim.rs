@@ -230,6 +230,7 @@ fn counted(dev: &Device, f: impl FnOnce()) -> Stats {
         realizes: after.realizes - before.realizes,
         submits: after.submits - before.submits,
         dispatches: after.dispatches - before.dispatches,
+        kernels: after.kernels - before.kernels,
         plans_reused: after.plans_reused - before.plans_reused,
         pipelines_compiled: after.pipelines_compiled - before.pipelines_compiled,
         buffers_allocated: after.buffers_allocated - before.buffers_allocated,

@@ -81,6 +81,11 @@ pub(crate) trait Backend: Send + Sync {
     fn row_team_min(&self) -> usize {
         64
     }
+    /// Bytes of workgroup memory one dispatch may declare (the scheduler's `Options::workgroup_bytes`); a
+    /// backend that runs kernels one by one has no such limit.
+    fn workgroup_bytes(&self) -> u32 {
+        u32::MAX
+    }
     /// Fails if the device was lost or reported an error since the last call.
     fn check_health(&self) -> Result<()>;
     /// Runs `job`. On error nothing it created survives, and the caller's values are unchanged.

@@ -6,6 +6,7 @@
 
 mod elementwise;
 mod emit;
+pub(crate) mod group;
 mod helpers;
 mod matmul;
 mod matmul_stores;
@@ -316,6 +317,8 @@ impl Key {
             aliases,
             store_view,
             fused_ops: _,
+            // A group's source is its members' (`group::generate`), keyed by theirs.
+            joins: _,
         } = kernel;
         Key {
             kind: *kind,

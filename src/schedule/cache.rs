@@ -164,7 +164,13 @@ impl PlanCache {
         let (key, place) = (&mut self.key, &mut self.place);
         key.clear();
         place.clear();
-        key.extend([u64::from(opts.fuse), opts.max_bindings as u64, opts.max_ops as u64, order.len() as u64]);
+        key.extend([
+            u64::from(opts.fuse),
+            u64::from(opts.group),
+            opts.max_bindings as u64,
+            opts.max_ops as u64,
+            order.len() as u64,
+        ]);
         let tile = opts.matmul_tile.map_or([0; 5], |t| [t.bm, t.bn, t.bk, t.tm, t.tn]);
         key.extend(tile.map(u64::from));
         let tiles = &opts.matmul_tiles;

@@ -29,6 +29,8 @@ const MERGE_WINDOW: usize = 16;
 pub struct Options {
     /// Fuse elementwise chains (`false` is `LAZOR_NOFUSE=1`: one kernel per op).
     pub fuse: bool,
+    /// Run independent kernels in shared dispatches (`LAZOR_GROUP=1`, `group.rs`).
+    pub group: bool,
     /// Storage buffers one kernel may bind, parameters included.
     pub max_bindings: usize,
     /// Ops one kernel may compute (`LAZOR_MAX_FUSED_OPS`): driver compile time grows faster than linearly with
@@ -42,6 +44,9 @@ pub struct Options {
     /// The fewest threads that fold one row of a reduce kernel (32 or 64): the backend's, as wide as its widest
     /// subgroup. Rows kernels go below it (`reduce.rs`, `ROWS_TEAM_MIN`).
     pub row_team_min: usize,
+    /// Bytes of workgroup memory one dispatch may declare: the backend's limit, which kernels joining one
+    /// dispatch share (`group.rs`).
+    pub workgroup_bytes: u32,
 }
 
 impl Options {
@@ -49,11 +54,13 @@ impl Options {
     #[cfg(test)]
     pub const TEST: Options = Options {
         fuse: true,
+        group: false,
         max_bindings: 8,
         max_ops: 256,
         matmul_tile: None,
         matmul_tiles: crate::kernel::MatmulTiles::TUNED,
         row_team_min: 64,
+        workgroup_bytes: 16384,
     };
 }
 

@@ -504,6 +504,7 @@ pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
         aliases: Vec::new(),
         store_view: None,
         fused_ops: 0,
+        joins: false,
     }
 }
 

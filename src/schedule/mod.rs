@@ -3,6 +3,7 @@
 
 mod cache;
 mod fuse;
+mod group;
 mod lower;
 mod matmul;
 mod redirect;
@@ -242,6 +243,9 @@ fn plan_ordered(
     let kernels = if opts.fuse { siblings::merge(kernels, opts.max_bindings) } else { kernels };
     let mut kernels = redirect::redirect(seen, &slots.slots, kernels);
     donate(seen, donors, &mut slots.slots, &mut kernels);
+    if opts.group {
+        group::join(&mut kernels, opts.max_bindings, opts.workgroup_bytes);
+    }
 
     // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.
     let mut last_use: FastMap<usize, usize> = FastMap::default();
@@ -258,6 +262,14 @@ fn plan_ordered(
     let mut frees = vec![Vec::new(); kernels.len()];
     for (s, k) in last_use {
         frees[k].push(s);
+    }
+    // A dispatch's kernels run side by side: what one of them read last goes back when all have run, or another
+    // could take it for an output while it is still read.
+    for run in crate::kernel::dispatches(&kernels) {
+        for k in run.start..run.end - 1 {
+            let moved = std::mem::take(&mut frees[k]);
+            frees[run.end - 1].extend(moved);
+        }
     }
     Plan {
         slots: slots.slots,

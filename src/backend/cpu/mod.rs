@@ -204,7 +204,11 @@ impl Backend for CpuBackend {
                 if let Some(started) = started {
                     times.push(Some(started.elapsed()));
                 }
-                stats.dispatches += 1;
+                // Kernels joined into one dispatch on a GPU count as one here too: counts agree across backends.
+                if !kernel.joins {
+                    stats.dispatches += 1;
+                }
+                stats.kernels += 1;
                 for &slot in &job.frees[n] {
                     if let Some(key) = keys[slot].take() {
                         st.remove(key, stats);

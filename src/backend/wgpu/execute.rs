@@ -36,21 +36,32 @@ impl WgpuBackend {
         st.bind_groups.sync(st.pool.dropped);
 
         // Every pipeline first: a kernel that fails to compile fails the realize before anything is recorded into
-        // the batch, which may hold other realizes.
+        // the batch, which may hold other realizes. Kernels joined into one dispatch share one pipeline.
         let target = self.target();
-        let mut compiled = Vec::with_capacity(job.kernels.len());
-        for kernel in job.kernels {
-            let key = codegen::Key::of(kernel, &target);
+        let runs = crate::kernel::dispatches(job.kernels);
+        let mut compiled = Vec::with_capacity(runs.len());
+        for run in &runs {
+            let members = &job.kernels[run.clone()];
+            let key: Vec<codegen::Key> = members.iter().map(|k| codegen::Key::of(k, &target)).collect();
             let p = match st.pipelines.lookup(&key, stats) {
                 Some(p) => p,
                 None => {
                     // Compiling can take long; what is held back runs meanwhile.
                     self.flush(st);
-                    let wgsl = codegen::generate(kernel, &target);
-                    let name = kernel.name();
+                    let sources: Vec<String> = members.iter().map(|k| codegen::generate(k, &target)).collect();
+                    let wgsl = match &sources[..] {
+                        [one] => one.clone(),
+                        many => {
+                            let spans: Vec<usize> = members.iter().map(|k| k.binding_span()).collect();
+                            codegen::group::generate(many, &spans)
+                        }
+                    };
+                    let name = members.iter().map(|k| k.name()).collect::<Vec<_>>().join(" | ");
                     // A matmul's indices are in range by construction: every load and store is guarded by the
                     // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
-                    let trusted = matches!(kernel.kind, crate::kernel::Kind::Matmul(_)) && !gpu.checked;
+                    // Products run alone (`schedule/group.rs`), so a shader of several kernels keeps its checks.
+                    let trusted =
+                        members.iter().all(|k| matches!(k.kind, crate::kernel::Kind::Matmul(_))) && !gpu.checked;
                     match st.pipelines.get(&gpu.device, &wgsl, &name, trusted, debug, stats) {
                         Ok(p) => {
                             st.pipelines.remember(key, p.clone());
@@ -65,20 +76,30 @@ impl WgpuBackend {
             };
             compiled.push(p);
         }
+        let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
         // All kernels' parameters in one buffer, each at an aligned offset and bound whole 16-byte rows, as the
         // array of rows the shader declares (`codegen::param_vecs`).
         let align = gpu.limits.min_uniform_buffer_offset_alignment.max(gpu.limits.min_storage_buffer_offset_alignment);
+        // A dispatch of several kernels also has a block of its own: where each member's workgroups start.
         let mut params: Vec<u32> = Vec::new();
-        let mut param_at = Vec::with_capacity(job.kernels.len());
-        for k in job.kernels {
+        let mut block = |words: &[u32]| {
             while (params.len() as u64 * 4) % align as u64 != 0 {
                 params.push(0);
             }
-            let (start, rows) = (params.len(), codegen::param_vecs(k.params.len()));
-            param_at.push((start as u64 * 4, rows as u64 * 16));
-            params.extend_from_slice(&k.params);
+            let (start, rows) = (params.len(), codegen::param_vecs(words.len()));
+            params.extend_from_slice(words);
             params.resize(start + rows * 4, 0);
-        }
+            (start as u64 * 4, rows as u64 * 16)
+        };
+        let param_at: Vec<(u64, u64)> = job.kernels.iter().map(|k| block(&k.params)).collect();
+        let grid = |k: &crate::kernel::Kernel| codegen::dispatch_size(k.threads(), max_groups);
+        let group_at: Vec<Option<(u64, u64)>> = runs
+            .iter()
+            .map(|run| {
+                let grids: Vec<(u32, u32)> = job.kernels[run.clone()].iter().map(grid).collect();
+                (run.len() > 1).then(|| block(&codegen::group::params(&grids)))
+            })
+            .collect();
         // `queue.write_buffer` lands before the next submit's commands, so it would overtake held-back realizes
         // that read the buffer it overwrites. Uploads may go into a pooled buffer such a realize released: those
         // realizes go first. A new parameter block goes into a buffer no held-back realize binds (`Params::get`).
@@ -119,41 +140,59 @@ impl WgpuBackend {
         // may hold an output of kernel n + 1), and the read-backs' staging buffers: all that can fail, before
         // anything is recorded into the batch. A bad command would poison the batch's pass and with it the
         // held-back realizes of other calls.
-        let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
-        let mut dispatches = Vec::with_capacity(job.kernels.len());
-        for (n, kernel) in job.kernels.iter().enumerate() {
-            let number = st.recorded + 1 + n as u64;
-            let waits = kernel.inputs.iter().any(|&(slot, _)| keys[slot].is_some_and(|k| st.pool.written(k) >= first));
-            let settled = batch::settled(first, number, waits);
-            for &(slot, _) in &kernel.outputs {
-                let key = match (&job.buffers[slot].data, keys[slot]) {
-                    (Data::Alias(input), _) => keys[*input].expect("an input stored into exists"),
-                    // Other kernels store other parts of it through views: the first of them allocated it.
-                    (_, Some(key)) if kernel.store_view.is_some() => key,
-                    _ => st.pool.alloc(&gpu.device, job.buffers[slot].bytes, settled, stats),
-                };
-                keys[slot] = Some(key);
-            }
-            let (offset, size) = param_at[n];
+        let mut dispatches = Vec::with_capacity(runs.len());
+        for (r, run) in runs.iter().enumerate() {
             let mut ranges: SmallVec<[(u32, wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
-            ranges.push((0, param_buf.clone().expect("params"), offset, size));
-            // Bindings: parameters, outputs, inputs; an input stored into is bound once, as its output.
-            let outs = kernel.outputs.iter().map(|o| (o.0, true));
-            let ins = kernel.inputs.iter().enumerate().filter(|(i, _)| !kernel.aliases.iter().any(|a| a.0 == *i));
-            let ins = ins.map(|(i, input)| (kernel.outputs.len() + i, input.0, false));
-            for (binding, slot, writes) in outs.enumerate().map(|(o, (slot, w))| (o, slot, w)).chain(ins) {
-                let key = keys[slot].expect("a kernel's inputs are written before it runs");
-                st.pool.touch(key, number, writes);
-                ranges.push((1 + binding as u32, st.pool.get(key).clone(), 0, bound(job.buffers[slot].bytes)));
+            let param_buf = param_buf.clone().expect("params");
+            if let Some((offset, size)) = group_at[r] {
+                ranges.push((0, param_buf.clone(), offset, size));
             }
-            let bind_group = st.bind_groups.get(&gpu.device, &compiled[n].pipeline, &compiled[n].layout, ranges);
-            dispatches.push((bind_group, codegen::dispatch_size(kernel.threads(), max_groups)));
-            // The queue runs in order: whoever takes this buffer next writes it after this kernel read it.
-            for &slot in &job.frees[n] {
-                if let Some(key) = keys[slot].take() {
-                    st.pool.release(key, stats);
+            let mut base = u32::from(run.len() > 1);
+            for n in run.clone() {
+                let kernel = &job.kernels[n];
+                let number = st.recorded + 1 + n as u64;
+                let waits =
+                    kernel.inputs.iter().any(|&(slot, _)| keys[slot].is_some_and(|k| st.pool.written(k) >= first));
+                let settled = batch::settled(first, number, waits);
+                for &(slot, _) in &kernel.outputs {
+                    let key = match (&job.buffers[slot].data, keys[slot]) {
+                        (Data::Alias(input), _) => keys[*input].expect("an input stored into exists"),
+                        // Other kernels store other parts of it through views: the first of them allocated it.
+                        (_, Some(key)) if kernel.store_view.is_some() => key,
+                        _ => st.pool.alloc(&gpu.device, job.buffers[slot].bytes, settled, stats),
+                    };
+                    keys[slot] = Some(key);
+                }
+                // Bindings: parameters, outputs, inputs; an input stored into is bound once, as its output. A
+                // member of a dispatch of several binds after the group's block and the members before it.
+                let (offset, size) = param_at[n];
+                ranges.push((base, param_buf.clone(), offset, size));
+                let outs = kernel.outputs.iter().map(|o| (o.0, true));
+                let ins = kernel.inputs.iter().enumerate().filter(|(i, _)| !kernel.aliases.iter().any(|a| a.0 == *i));
+                let ins = ins.map(|(i, input)| (kernel.outputs.len() + i, input.0, false));
+                for (binding, slot, writes) in outs.enumerate().map(|(o, (slot, w))| (o, slot, w)).chain(ins) {
+                    let key = keys[slot].expect("a kernel's inputs are written before it runs");
+                    st.pool.touch(key, number, writes);
+                    let buffer = st.pool.get(key).clone();
+                    ranges.push((base + 1 + binding as u32, buffer, 0, bound(job.buffers[slot].bytes)));
+                }
+                base += kernel.binding_span() as u32;
+                // The queue runs in order: whoever takes this buffer next writes it after this kernel read it.
+                // (The schedule frees a dispatch's buffers after its last kernel.)
+                for &slot in &job.frees[n] {
+                    if let Some(key) = keys[slot].take() {
+                        st.pool.release(key, stats);
+                    }
                 }
             }
+            let bind_group = st.bind_groups.get(&gpu.device, &compiled[r].pipeline, &compiled[r].layout, ranges);
+            let threads = if run.len() == 1 {
+                job.kernels[run.start].threads()
+            } else {
+                let groups: u32 = job.kernels[run.clone()].iter().map(|k| grid(k).0 * grid(k).1).sum();
+                groups as usize * codegen::WORKGROUP_SIZE as usize
+            };
+            dispatches.push((bind_group, codegen::dispatch_size(threads, max_groups)));
         }
         let staged: Vec<wgpu::Buffer> =
             job.reads.iter().map(|&slot| st.pool.staging(&gpu.device, job.buffers[slot].bytes, stats)).collect();
@@ -170,7 +209,7 @@ impl WgpuBackend {
         let has_work = !job.kernels.is_empty() || uploads || !job.reads.is_empty();
         let mut batch = st.batch.take().unwrap_or_else(|| batch::Open::new(&gpu.device, first));
         let timing = (job.profile && gpu.timestamps && !job.kernels.is_empty())
-            .then(|| timing::Timing::new(&gpu.device, job.kernels.len()));
+            .then(|| timing::Timing::new(&gpu.device, runs.len()));
         if !job.kernels.is_empty() {
             for (n, (bind_group, (x, y))) in dispatches.iter().enumerate() {
                 // Profiled, each kernel runs in a pass of its own that writes a timestamp as it starts and ends.
@@ -183,7 +222,8 @@ impl WgpuBackend {
                 pass.dispatch_workgroups(*x, *y, 1);
                 stats.dispatches += 1;
             }
-            st.recorded += dispatches.len() as u64;
+            st.recorded += job.kernels.len() as u64;
+            stats.kernels += job.kernels.len() as u64;
         }
         if let Some(t) = &timing {
             t.resolve(batch.encoder());
@@ -252,8 +292,15 @@ impl WgpuBackend {
         release_created(&mut st.pool, &job.buffers, keys, stats);
         outcome?;
         // Profiled: the kernels' own times, waiting for them (a profile times kernels, not the pipeline).
+        // A dispatch's time goes to its first kernel (profiles name the dispatch after all of them).
         let times = match &timing {
-            Some(t) => t.read(gpu)?,
+            Some(t) => {
+                let mut times = vec![None; job.kernels.len()];
+                for (run, time) in runs.iter().zip(t.read(gpu)?) {
+                    times[run.start] = time;
+                }
+                times
+            }
             None if job.profile => vec![None; job.kernels.len()],
             None => Vec::new(),
         };

@@ -272,6 +272,10 @@ impl Backend for WgpuBackend {
         self.gpu.row_team_min()
     }
 
+    fn workgroup_bytes(&self) -> u32 {
+        self.gpu.limits.max_compute_workgroup_storage_size
+    }
+
     fn check_health(&self) -> Result<()> {
         self.gpu.check_health()
     }

@@ -19,14 +19,15 @@ pub struct Compiled {
 #[derive(Default)]
 pub struct Pipelines {
     cache: FastMap<String, Arc<Compiled>>,
-    by_key: FastMap<crate::codegen::Key, Arc<Compiled>>,
+    /// By the structure of the kernels a dispatch runs (one, or several joined: `Kernel::joins`).
+    by_key: FastMap<Vec<crate::codegen::Key>, Arc<Compiled>>,
     /// The driver's cache, kept on disk between processes, where the device has one.
     pub disk: Option<DiskCache>,
 }
 
 impl Pipelines {
-    /// The pipeline of a kernel whose structure is `key`, if one was compiled; counted as a cache hit.
-    pub fn lookup(&self, key: &crate::codegen::Key, stats: &mut Stats) -> Option<Arc<Compiled>> {
+    /// The pipeline of a dispatch whose kernels' structure is `key`, if one was compiled; counted as a cache hit.
+    pub fn lookup(&self, key: &[crate::codegen::Key], stats: &mut Stats) -> Option<Arc<Compiled>> {
         let p = self.by_key.get(key)?;
         stats.pipeline_cache_hits += 1;
         Some(p.clone())
@@ -40,7 +41,7 @@ impl Pipelines {
     }
 
     /// Remembers `compiled` as the pipeline of structure `key`.
-    pub fn remember(&mut self, key: crate::codegen::Key, compiled: Arc<Compiled>) {
+    pub fn remember(&mut self, key: Vec<crate::codegen::Key>, compiled: Arc<Compiled>) {
         self.by_key.insert(key, compiled);
     }
 
