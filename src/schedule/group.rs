@@ -4,7 +4,8 @@
 //! Ordered by depth (`by_depth`), independent kernels sit side by side; joined, they share one launch. On by
 //! `Device::set_grouping` (`LAZOR_GROUP=1`): on the H200 many small independent kernels ran 6-19% faster joined,
 //! but nanoGPT's step ran 0.8% slower in 193 dispatches instead of 246 (docs/BENCHMARKS.md, "Grouped
-//! dispatches"). Products never join: a shader holding two products ran each 14% slower (its registers are the
+//! dispatches"): alone, a kernel off its chain of dependent kernels overlaps the chain's next kernel; joined, the
+//! next dispatch waits for both members. Products never join: a shader holding two products ran each 14% slower (its registers are the
 //! larger member's and more; the tiled product alone sits at the driver's cap).
 
 use crate::hash::FastSet;
