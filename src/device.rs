@@ -288,7 +288,7 @@ impl Device {
     /// Runs kernels that neither read nor write what another writes in one dispatch, two at a time, each on its
     /// own range of workgroups (`LAZOR_GROUP=1`), or each in a dispatch of its own (the default). Matrix products
     /// always run alone. Fewer dispatches cost fewer launches: on the H200, 64 small independent folds or maps
-    /// ran 6-19% faster grouped, while nanoGPT's training step ran 0.8% slower in 22% fewer dispatches
+    /// ran 7-14% faster grouped, while nanoGPT's training step ran 0.8% slower in 22% fewer dispatches
     /// (docs/BENCHMARKS.md, "Grouped dispatches"), hence off by default. Tests run both.
     pub fn set_grouping(&self, on: bool) {
         self.inner.set_grouping(on);

@@ -30,10 +30,14 @@ impl Run {
         Run { name: kernel.name(), time, bytes, flops }
     }
 
-    /// This run and `other`, a kernel of the same dispatch, as one: `a | b`, their bytes and flops added.
+    /// This run and `other`, a kernel of the same dispatch, as one: `a | b`, their bytes and flops added, and
+    /// their times where both have one (a GPU times the dispatch once, the CPU backend each kernel).
     pub fn join(&mut self, other: Run) {
         self.name = format!("{} | {}", self.name, other.name);
-        self.time = self.time.or(other.time);
+        self.time = match (self.time, other.time) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
         self.bytes += other.bytes;
         self.flops += other.flops;
     }
