@@ -129,7 +129,7 @@ fn split(src: &str, i: usize) -> Member {
         head.contains(&format!("@workgroup_size({WORKGROUP_SIZE})")),
         "a grouped kernel runs {WORKGROUP_SIZE} threads a workgroup: {head}"
     );
-    let open = head.find('(').and_then(|_| head.find(&format!("fn {prefix}main("))).expect("fn main");
+    let open = head.find(&format!("fn {prefix}main(")).expect("fn main");
     let args = &head[open + format!("fn {prefix}main(").len()..head.rfind(')').expect("parameters close")];
     let builtins = args
         .split(',')

@@ -93,13 +93,18 @@ impl WgpuBackend {
         };
         let param_at: Vec<(u64, u64)> = job.kernels.iter().map(|k| block(&k.params)).collect();
         let grid = |k: &crate::kernel::Kernel| codegen::dispatch_size(k.threads(), max_groups);
-        let group_at: Vec<Option<(u64, u64)>> = runs
-            .iter()
-            .map(|run| {
-                let grids: Vec<(u32, u32)> = job.kernels[run.clone()].iter().map(grid).collect();
-                (run.len() > 1).then(|| block(&codegen::group::params(&grids)))
-            })
-            .collect();
+        // Per dispatch: its threads, and a group's parameter block.
+        let mut shapes: Vec<(usize, Option<(u64, u64)>)> = Vec::with_capacity(runs.len());
+        for run in &runs {
+            shapes.push(match &job.kernels[run.clone()] {
+                [one] => (one.threads(), None),
+                many => {
+                    let grids: Vec<(u32, u32)> = many.iter().map(grid).collect();
+                    let groups: u32 = grids.iter().map(|&(x, y)| x * y).sum();
+                    (groups as usize * codegen::WORKGROUP_SIZE as usize, Some(block(&codegen::group::params(&grids))))
+                }
+            });
+        }
         // `queue.write_buffer` lands before the next submit's commands, so it would overtake held-back realizes
         // that read the buffer it overwrites. Uploads may go into a pooled buffer such a realize released: those
         // realizes go first. A new parameter block goes into a buffer no held-back realize binds (`Params::get`).
@@ -144,7 +149,8 @@ impl WgpuBackend {
         for (r, run) in runs.iter().enumerate() {
             let mut ranges: SmallVec<[(u32, wgpu::Buffer, u64, u64); 8]> = SmallVec::new();
             let param_buf = param_buf.clone().expect("params");
-            if let Some((offset, size)) = group_at[r] {
+            let (threads, group_block) = shapes[r];
+            if let Some((offset, size)) = group_block {
                 ranges.push((0, param_buf.clone(), offset, size));
             }
             let mut base = u32::from(run.len() > 1);
@@ -186,12 +192,6 @@ impl WgpuBackend {
                 }
             }
             let bind_group = st.bind_groups.get(&gpu.device, &compiled[r].pipeline, &compiled[r].layout, ranges);
-            let threads = if run.len() == 1 {
-                job.kernels[run.start].threads()
-            } else {
-                let groups: u32 = job.kernels[run.clone()].iter().map(|k| grid(k).0 * grid(k).1).sum();
-                groups as usize * codegen::WORKGROUP_SIZE as usize
-            };
             dispatches.push((bind_group, codegen::dispatch_size(threads, max_groups)));
         }
         let staged: Vec<wgpu::Buffer> =
