@@ -12,7 +12,7 @@
 //! (`par_chunks_mut` over a reused output), `ndarray`, `lazor_cpu_unfused` (`set_fusion(false)`) and `wgpu`.
 //! Throughput is the bytes of the ideal kernel for every impl: 16 per element elementwise (three f32 inputs read
 //! once, one output written once), 4 for `sum(-1)`, 8 for softmax. Every result is checked against the host before
-//! timing. `examples/bench.rs` (`-- cpu`) prints the same as tables, with the ratios against the targets.
+//! timing. `benches/report.rs` (`-- cpu`) prints the same as tables, with the ratios against the targets.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 mod common;

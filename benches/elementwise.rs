@@ -11,7 +11,7 @@
 //! bytes the fused ideal moves (three f32 inputs read once, one f32 output written once: 16 bytes per element),
 //! for the unfused rows too, so their GB/s compare directly. `copy/wgpu/<elements>` times one
 //! `copy_buffer_to_buffer` of 4 bytes x elements per submit, then the wait, on lazor's own wgpu device
-//! (`Device::wgpu_device()`), counting bytes read plus written (8 per element). `examples/bench.rs` prints the same as a table.
+//! (`Device::wgpu_device()`), counting bytes read plus written (8 per element). `benches/report.rs` prints the same as a table.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 mod common;

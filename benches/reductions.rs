@@ -6,13 +6,13 @@
 //! cargo bench --bench reductions -- softmax    # one case
 //! ```
 //!
-//! Benchmark ids are `<case>/<fused|unfused>/<1|xK>/<shape>`, the cases of `examples/bench.rs -- reductions`:
+//! Benchmark ids are `<case>/<fused|unfused>/<1|xK>/<shape>`, the cases of `benches/report.rs -- reductions`:
 //! `sum_all` (`x.sum_all()`), `dot` (`(a * &b).sum_all()`), `sum_rows` (`x.sum(-1)`), `sum_cols` (`x.sum(0)`),
 //! `softmax` (`x.softmax(-1)`) and `layernorm` (`(&x - x.mean_keepdim(-1)) / (x.var_keepdim(-1) + 1e-5).sqrt()`).
 //! `unfused` runs with `dev.set_fusion(false)` (= `LAZOR_NOFUSE=1`). `1` builds the expression, `realize()`s it and
 //! `synchronize()`s; `xK` does K realizes (32, or 8 on a CPU adapter) then one synchronize. Throughput is the bytes
 //! the ideal kernel moves (inputs read once, a full-size output written once): 4 per element for the sums, 8 for
-//! dot, softmax and layer norm, unfused too. Sizes: those of `examples/bench.rs` (dot 2^26, sums `[16384, 4096]`,
+//! dot, softmax and layer norm, unfused too. Sizes: those of `benches/report.rs` (dot 2^26, sums `[16384, 4096]`,
 //! softmax and layer norm `[4096, 4096]`, and more); on a CPU adapter (lavapipe binds at most 128 MiB) scaled down
 //! to 2^22 elements and `[2048, 1024]` (`LAZOR_BENCH_REDUCE_SIZES=small|full` chooses). Every result is checked
 //! against an f64 host computation before timing. Where no hardware GPU exists `Device::default()` is lazor's CPU

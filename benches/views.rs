@@ -12,7 +12,7 @@
 //! the expression, `realize()`s it and `synchronize()`s; `xK` does K realizes (32, or 8 on a CPU adapter) then one
 //! synchronize. Throughput is the bytes the ideal kernel moves: 12 per element for `transpose_add` (two reads, one
 //! write), 8 for `cat`. Sizes whose tensors exceed `Device::max_tensor_bytes` (lavapipe: 128 MiB) are skipped with
-//! a note on stderr. `examples/bench.rs -- views` prints the same as a table.
+//! a note on stderr. `benches/report.rs -- views` prints the same as a table.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 mod common;

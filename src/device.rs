@@ -5,8 +5,8 @@ use crate::backend::wgpu::WgpuBackend;
 use crate::backend::{Backends, WgpuOnly};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
+use crate::profile::{Profile, Stats};
 use crate::realize::{Engine, State};
-use crate::stats::Stats;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -433,5 +433,80 @@ impl Eq for Device {}
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Device").field("name", &self.inner.backend.name()).finish()
+    }
+}
+
+impl Device {
+    /// Runs `f` and returns the kernels its realizes on this device ran: names, dispatches, GPU time from
+    /// timestamp queries where the adapter has them (host time on the CPU backend), bytes and rates, slowest
+    /// first. While profiling, every realize is submitted and waited for on its own, so the times are the kernels'
+    /// own; realizes outside profiling pay nothing. Profiles nest: an outer one (or `LAZOR_PROFILE=1`'s) also
+    /// counts what an inner one saw.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let dev = lazor::Device::default();
+    /// let x = lazor::Tensor::ones_on([1024, 1024], &dev);
+    /// let profile = dev.profile(|| (x.exp() + 1.0).sum_all().realize().unwrap());
+    /// println!("{profile}");
+    /// assert_eq!(profile.dispatches(), 1);
+    /// ```
+    pub fn profile<R>(&self, f: impl FnOnce() -> R) -> Profile {
+        let outer = self.state().profile.replace(Vec::new());
+        // What was held back before is not this code's.
+        self.inner.backend.flush_all();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let runs = {
+            let mut state = self.state();
+            let runs = state.profile.take().unwrap_or_default();
+            state.profile = outer.map(|mut o| {
+                o.extend(runs.iter().cloned());
+                o
+            });
+            runs
+        };
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+        Profile::from_runs(runs, self.name())
+    }
+
+    /// `LAZOR_PROFILE=1`: this device profiles everything from its creation, and the table is printed when the
+    /// process exits.
+    pub(crate) fn profile_until_exit(&self) {
+        self.state().profile = Some(Vec::new());
+        let mut devices = at_exit::DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+        devices.push(std::sync::Arc::downgrade(&self.inner));
+        at_exit::register();
+    }
+}
+
+/// Printing `LAZOR_PROFILE`'s tables when the process exits, for every device still alive.
+mod at_exit {
+    use crate::device::Device;
+    use crate::realize::Engine;
+    use std::sync::{Mutex, Once, Weak};
+
+    pub static DEVICES: Mutex<Vec<Weak<Engine>>> = Mutex::new(Vec::new());
+
+    extern "C" {
+        fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+    }
+
+    extern "C" fn print() {
+        let devices = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+        for inner in devices.iter().filter_map(Weak::upgrade) {
+            let dev = Device { inner };
+            let runs = dev.state().profile.take().unwrap_or_default();
+            eprint!("{}", crate::profile::Profile::from_runs(runs, dev.name()));
+        }
+    }
+
+    pub fn register() {
+        static ONCE: Once = Once::new();
+        // SAFETY: `atexit` is the C library's; `print` takes no arguments and does not unwind (it only formats).
+        ONCE.call_once(|| unsafe {
+            atexit(print);
+        });
     }
 }

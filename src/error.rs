@@ -196,6 +196,21 @@ impl Error {
 /// `Result` with lazor's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The value of a `try_` twin, or a panic with its error at the caller's line.
+#[track_caller]
+pub(crate) fn ok<T>(r: Result<T>) -> T {
+    match r {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Locks `m`, also after a panic elsewhere left it poisoned: every lock of the wgpu backend guards state that stays
+/// consistent between statements.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,7 @@ pub enum Op {
     /// Random numbers over the node's shape, drawn at each element's row-major index with the key held by two
     /// scalar `U32` constants (the seed's low and high words). Never stored: kernels compute each element where they
     /// read it, and the seed, being constants, is a parameter.
-    Random(crate::random::Distribution, NodeId, NodeId),
+    Random(crate::philox::Distribution, NodeId, NodeId),
     /// A realized value: its buffer is in `Node::buffer` (`None` only for an empty tensor).
     Buffer,
     Unary(UnaryOp, NodeId),

@@ -330,7 +330,7 @@ pub enum Instr {
     },
     /// Random numbers of a distribution: element `index` (instruction `.1`, an i32 lane read as u32) under the
     /// key of instructions `.2` and `.3` (u32 lanes), as `random::sample` defines it from Philox4x32-10.
-    Random(crate::random::Distribution, usize, usize, usize),
+    Random(crate::philox::Distribution, usize, usize, usize),
     /// Input `input` at element `base + index * stride` (`base` and `index` i32 lanes, `stride` the i32 parameter
     /// at `stride_at`) where `0 <= index < extent` (the parameter after it), else 0: a gather along one axis.
     /// Kernels holding one run one element per thread.

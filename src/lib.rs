@@ -13,63 +13,55 @@
 //! assert_eq!(d.to_vec()[0], 1.0 - 55.0 / 2.0);
 //! ```
 //!
-//! Data flows through the modules in this order: `tensor`, `ops` and `views` (the API) -> `graph` -> `schedule`
-//! (toposort, fusion, lowering to the kernel IR, memory plan) -> `kernel` (the IR) -> `backend` (wgpu: `codegen`
-//! to WGSL, then run), driven by one orchestrator, `realize`. `reference` is the CPU oracle.
+//! Data flows through the modules in this order: `autograd`, `nn` and `optim` above the API -> `tensor` (the
+//! `Tensor` type and its methods) -> `device` and `realize` (the orchestrator) -> `graph` -> `schedule` (toposort,
+//! fusion, lowering to the kernel IR, memory plan) -> `kernel` (the IR) -> `backend` (CPU: run the IR; wgpu:
+//! `codegen` to WGSL, then run), on base files (`shape`, `dtype`, `view`, `op`, `philox`, `error`, ...) that import
+//! nothing above them. `reference` is the tests' CPU oracle.
 #![warn(missing_docs)]
 
+// Above the API: gradients, layers, optimizers, checkpoints.
 mod autograd;
-mod backend;
-mod codegen;
-mod compare;
-mod conv;
-pub mod debug;
+pub mod nn;
+pub mod optim;
+pub mod safetensors;
+// The API: the `Tensor` type and every file of its methods.
+mod tensor;
+// The orchestrator and the handle users hold.
 mod device;
-mod dim;
-mod display;
+mod profile;
+mod realize;
+// The graph, the scheduler and the kernel IR.
+mod graph;
+mod kernel;
+mod schedule;
+// The backends: the CPU interpreter of the IR, and wgpu (WGSL generation, then run).
+mod backend;
+// The ground floor.
 mod dtype;
-mod element;
 mod env;
 mod error;
-mod graph;
 mod hash;
-mod indexing;
-mod kernel;
-mod losses;
-mod masks;
-mod matmul;
-pub mod nn;
 #[doc(hidden)]
 pub mod op;
-mod ops;
-pub mod optim;
-mod profile;
-mod random;
-mod read;
-mod realize;
-mod reductions;
+mod philox;
+mod shape;
+mod view;
+// The tests' oracle: an interpreter over the graph.
 #[doc(hidden)]
 pub mod reference;
-pub mod safetensors;
-mod schedule;
-mod segments;
-mod shape;
-mod stats;
-mod tensor;
-mod view;
-mod views;
 
 pub use autograd::{no_grad, Grads, Var};
-pub use compare::Operand;
 pub use device::Device;
-pub use dim::Dim;
 pub use dtype::DType;
-pub use element::Element;
 pub use error::{Error, Result};
 /// The `half` crate, whose `f16` and `bf16` are lazor's 16-bit element types.
 pub use half;
-pub use profile::{KernelProfile, Profile};
-pub use read::to_vecs;
+pub use profile::{KernelProfile, Profile, Stats};
 pub use shape::Shape;
-pub use stats::Stats;
+pub use tensor::compare::Operand;
+pub use tensor::debug;
+pub use tensor::dim::Dim;
+pub use tensor::element::Element;
+pub use tensor::read::to_vecs;
 pub use tensor::{realize, Tensor};

@@ -1,6 +1,6 @@
-//! Per-kernel profiles: which kernels a piece of code ran, how often, for how long, moving how many bytes.
+//! Counters and per-kernel profiles: what a device did (`Stats`), and which kernels a piece of code ran, how often,
+//! for how long, moving how many bytes (`Profile`).
 
-use crate::device::Device;
 use crate::kernel::{Kernel, Kind};
 use std::fmt;
 use std::time::Duration;
@@ -47,7 +47,7 @@ impl Run {
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelProfile {
     /// What it computes and over which shape, e.g. `matmul+add+relu [4096x4096]` (as `LAZOR_DEBUG` and
-    /// [`crate::debug::dot`] name it).
+    /// [`crate::tensor::debug::dot`] name it).
     pub name: String,
     /// How many times it ran.
     pub dispatches: u64,
@@ -152,86 +152,51 @@ impl fmt::Display for Profile {
     }
 }
 
-impl Device {
-    /// Runs `f` and returns the kernels its realizes on this device ran: names, dispatches, GPU time from
-    /// timestamp queries where the adapter has them (host time on the CPU backend), bytes and rates, slowest
-    /// first. While profiling, every realize is submitted and waited for on its own, so the times are the kernels'
-    /// own; realizes outside profiling pay nothing. Profiles nest: an outer one (or `LAZOR_PROFILE=1`'s) also
-    /// counts what an inner one saw.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// let dev = lazor::Device::default();
-    /// let x = lazor::Tensor::ones_on([1024, 1024], &dev);
-    /// let profile = dev.profile(|| (x.exp() + 1.0).sum_all().realize().unwrap());
-    /// println!("{profile}");
-    /// assert_eq!(profile.dispatches(), 1);
-    /// ```
-    pub fn profile<R>(&self, f: impl FnOnce() -> R) -> Profile {
-        let outer = self.state().profile.replace(Vec::new());
-        // What was held back before is not this code's.
-        self.inner.backend.flush_all();
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let runs = {
-            let mut state = self.state();
-            let runs = state.profile.take().unwrap_or_default();
-            state.profile = outer.map(|mut o| {
-                o.extend(runs.iter().cloned());
-                o
-            });
-            runs
-        };
-        if let Err(panic) = outcome {
-            std::panic::resume_unwind(panic);
-        }
-        Profile::from_runs(runs, self.name())
-    }
-
-    /// `LAZOR_PROFILE=1`: this device profiles everything from its creation, and the table is printed when the
-    /// process exits.
-    pub(crate) fn profile_until_exit(&self) {
-        self.state().profile = Some(Vec::new());
-        let mut devices = at_exit::DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-        devices.push(std::sync::Arc::downgrade(&self.inner));
-        at_exit::register();
-    }
-}
-
-/// Printing `LAZOR_PROFILE`'s tables when the process exits, for every device still alive.
-mod at_exit {
-    use crate::device::Device;
-    use crate::realize::Engine;
-    use std::sync::{Mutex, Once, Weak};
-
-    pub static DEVICES: Mutex<Vec<Weak<Engine>>> = Mutex::new(Vec::new());
-
-    extern "C" {
-        fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
-    }
-
-    extern "C" fn print() {
-        let devices = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-        for inner in devices.iter().filter_map(Weak::upgrade) {
-            let dev = Device { inner };
-            let runs = dev.state().profile.take().unwrap_or_default();
-            eprint!("{}", super::Profile::from_runs(runs, dev.name()));
-        }
-    }
-
-    pub fn register() {
-        static ONCE: Once = Once::new();
-        // SAFETY: `atexit` is the C library's; `print` takes no arguments and does not unwind (it only formats).
-        ONCE.call_once(|| unsafe {
-            atexit(print);
-        });
-    }
-}
-
 /// A dropped device prints what `LAZOR_PROFILE=1` collected on it.
 pub(crate) fn print_on_drop(runs: Vec<Run>, device: String) {
     if !runs.is_empty() {
         eprint!("{}", Profile::from_runs(runs, device));
     }
+}
+
+/// What a [`Device`](crate::Device) has done since it was made. Read with [`Device::stats`](crate::Device::stats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Calls that realized something (`realize`, `to_vec` and friends).
+    pub realizes: u64,
+    /// `queue.submit` calls: one per realize that had GPU work, except that realizes made while the GPU is busy are
+    /// batched into one (see [`Device::flush`](crate::Device::flush)).
+    pub submits: u64,
+    /// Compute dispatches: a kernel each, or several kernels side by side where none reads what another writes
+    /// (the backends count alike: the CPU backend counts a dispatch where a GPU would run one).
+    pub dispatches: u64,
+    /// Kernels run: as many as `dispatches`, plus those that ran in one dispatch with another.
+    pub kernels: u64,
+    /// Realizes whose plan (fusion, kernels, memory plan) came from the plan cache: an earlier realize had the same
+    /// structure (ops, shapes, types, views, requested outputs; constants' values may differ).
+    pub plans_reused: u64,
+    /// Pipelines compiled from new WGSL.
+    pub pipelines_compiled: u64,
+    /// Kernels whose pipeline came from the cache.
+    pub pipeline_cache_hits: u64,
+    /// Bytes written from host to device.
+    pub bytes_uploaded: u64,
+    /// Bytes read back from device to host.
+    pub bytes_downloaded: u64,
+    /// Kernel parameter blocks written to the device: a realize whose kernels' parameters (sizes, strides,
+    /// constants) equal a recent realize's reuses that block and writes none. Always 0 on the CPU backend.
+    pub param_uploads: u64,
+    /// Device buffers created (pool misses), read-back staging buffers included.
+    pub buffers_allocated: u64,
+    /// Bytes of storage buffers holding values now: realized tensors and a realize's intermediates, not the pool's
+    /// free buffers or staging buffers.
+    pub live_buffer_bytes: u64,
+    /// The most `live_buffer_bytes` has ever been.
+    pub peak_buffer_bytes: u64,
+    /// Bytes of free buffers the device keeps for reuse (storage and read-back staging): at most twice its
+    /// [`pool_budget`](crate::Device::pool_budget), once for each kind. [`Device::trim`](crate::Device::trim)
+    /// gives them back.
+    pub pool_bytes: u64,
 }
 
 #[cfg(test)]

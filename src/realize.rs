@@ -5,8 +5,8 @@
 use crate::backend::{Backends, Data, Job, JobBuffer, ReadId};
 use crate::error::{Error, Result};
 use crate::graph::{BufferKey, Graph, NodeId, Op};
+use crate::profile::Stats;
 use crate::schedule::{Options, Plan, PlanCache, Source};
-use crate::stats::Stats;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -155,7 +155,7 @@ impl Engine {
         let mut guard = self.state();
         let State { graph, stats, plans, profile } = &mut *guard;
         if let Some(dir) = crate::env::viz_dir() {
-            write_viz(dir, stats.realizes, &crate::debug::graph_dot(graph, outputs, &opts));
+            write_viz(dir, stats.realizes, &crate::schedule::dot::graph_dot(graph, outputs, &opts));
         }
         let (plan, reused) = plans.plan(graph, outputs, &opts);
         stats.plans_reused += u64::from(reused);

@@ -2,13 +2,12 @@
 //! Rust, on lanes of each node's type. Tests check every backend against it.
 
 use crate::dtype::{Class, DType};
-use crate::element::Element;
 use crate::graph::{Graph, NodeId, Op};
 use crate::op::{BinaryOp, ReduceOp, Tri, UnaryOp};
 use crate::schedule::toposort::toposort;
 use crate::shape::Shape;
+use crate::tensor::element::Element;
 use crate::tensor::Tensor;
-use crate::view::View;
 use std::collections::HashMap;
 
 /// The value of a unary op at `x` (the op table's definition).
@@ -21,20 +20,8 @@ pub fn binary(op: BinaryOp, a: f32, b: f32) -> f32 {
     op.eval(a, b)
 }
 
-/// The elements of `values` (row-major) that `view` selects, row-major.
-pub fn gather<T: Copy>(values: &[T], view: &View) -> Vec<T> {
-    let dims = view.shape.dims();
-    (0..view.shape.numel())
-        .map(|mut i| {
-            let mut at = view.offset;
-            for d in (0..dims.len()).rev() {
-                at += (i % dims[d]) as isize * view.strides[d];
-                i /= dims[d];
-            }
-            values[at as usize]
-        })
-        .collect()
-}
+/// The elements of `values` (row-major) that `view` selects (the rule lives beside `View`; segments use it too).
+pub use crate::view::gather;
 
 /// `lanes` (row-major, of `shape`, of type `dt`) folded with `op` along `axis`, which the result keeps with
 /// extent one. Float sums and products accumulate in `f64` and round once to `dt`: the exact side of every
@@ -191,7 +178,7 @@ pub(crate) fn interpret(graph: &Graph, roots: &[NodeId], mut values: HashMap<Nod
             Op::Arange => (0..shape.numel() as u32).collect(),
             Op::Random(d, lo, hi) => {
                 let key = [values[lo][0], values[hi][0]];
-                (0..shape.numel() as u32).map(|i| crate::random::sample(*d, i, key).to_bits()).collect()
+                (0..shape.numel() as u32).map(|i| crate::philox::sample(*d, i, key).to_bits()).collect()
             }
             Op::Unary(op, a) => values[a].iter().map(|&x| op.eval_lane(dt, x)).collect(),
             Op::Binary(op, a, b) => {
@@ -250,6 +237,7 @@ fn gather_along(src: &[u32], sshape: &Shape, index: &[u32], itype: DType, shape:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::View;
 
     #[test]
     fn broadcast_repeats_rows() {

@@ -222,6 +222,21 @@ pub struct Coords {
     pub origin: Strides,
 }
 
+/// The elements of `values` (row-major) that `view` selects, row-major.
+pub fn gather<T: Copy>(values: &[T], view: &View) -> Vec<T> {
+    let dims = view.shape.dims();
+    (0..view.shape.numel())
+        .map(|mut i| {
+            let mut at = view.offset;
+            for d in (0..dims.len()).rev() {
+                at += (i % dims[d]) as isize * view.strides[d];
+                i /= dims[d];
+            }
+            values[at as usize]
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

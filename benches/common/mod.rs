@@ -1,4 +1,4 @@
-//! What the benchmarks measure, shared by `benches/*.rs` and `examples/bench.rs`: the cases and the bytes their
+//! What the benchmarks measure, shared by `benches/*.rs` and `benches/report.rs`: the cases and the bytes their
 //! fused ideal moves.
 #![allow(dead_code)] // each includer uses part of it
 

@@ -81,7 +81,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn backward(&self) -> Grads {
-        crate::ops::ok(self.try_backward())
+        crate::error::ok(self.try_backward())
     }
 
     /// [`Tensor::backward`], returning an error instead of panicking.
@@ -112,7 +112,7 @@ impl Tensor {
     /// tensor depends on no `Var`; [`Tensor::try_backward_with`] returns the error instead.
     #[track_caller]
     pub fn backward_with(&self, grad: &Tensor) -> Grads {
-        crate::ops::ok(self.try_backward_with(grad))
+        crate::error::ok(self.try_backward_with(grad))
     }
 
     /// [`Tensor::backward_with`], returning an error instead of panicking.

@@ -168,7 +168,7 @@ pub(crate) fn backward(rule: &Rule, g: &Tensor, needs: &[bool]) -> Contributions
         // PyTorch's clamp passes the gradient on the bounds too (`min <= x <= max`).
         Rule::Clamp { x, min, max } => smallvec![Some((x.ge(*min) & x.le(*max)).where_cond(g, 0.0))],
         // The same mask and scale as the forward, recomputed from (seed, index) inside the gradient's kernel.
-        Rule::Dropout { p, seed } => smallvec![Some(crate::random::dropout_values(g, *p, *seed))],
+        Rule::Dropout { p, seed } => smallvec![Some(crate::tensor::random::dropout_values(g, *p, *seed))],
         Rule::Gather { axis, index, line, from } => {
             let zeros = Tensor::full_lane(from.clone(), 0, g.dtype, &g.device);
             smallvec![Some(zeros.scattered(*axis, index, line.as_ref(), g))]

@@ -56,7 +56,7 @@ impl Var {
         // In a buffer from the start: a lazy value would be recomputed by every realize, and a step's plan is keyed
         // on whether its leaves hold buffers, so host data left for the first step to upload would make the second
         // step's plan differ from the first's.
-        crate::ops::ok(t.realize());
+        crate::error::ok(t.realize());
         let inner = Arc::new_cyclic(|me| {
             t.tape = Some(Arc::new(Node { rule: Rule::Leaf(me.clone()), inputs: Default::default() }));
             VarInner { value: t }
@@ -78,7 +78,7 @@ impl Var {
     /// [`Var::try_set`] returns the error instead.
     #[track_caller]
     pub fn set(&self, value: Tensor) {
-        crate::ops::ok(self.try_set(value))
+        crate::error::ok(self.try_set(value))
     }
 
     /// [`Var::set`], returning an error instead of panicking.

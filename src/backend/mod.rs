@@ -9,7 +9,7 @@ pub(crate) mod wgpu;
 use crate::error::Result;
 use crate::graph::BufferKey;
 use crate::kernel::Kernel;
-use crate::stats::Stats;
+use crate::profile::Stats;
 
 slotmap::new_key_type! {
     /// A read-back a backend has started and not yet handed over.

@@ -41,7 +41,7 @@ impl Dropout {
     /// At the caller when `p` is not in `[0, 1)`; [`Dropout::try_new`] returns the error instead.
     #[track_caller]
     pub fn new(p: f32) -> Dropout {
-        crate::ops::ok(Dropout::try_new(p))
+        crate::error::ok(Dropout::try_new(p))
     }
 
     /// [`Dropout::new`], returning an error instead of panicking.
@@ -59,7 +59,7 @@ impl Dropout {
     /// At the caller when `p` is not in `[0, 1)`; [`Dropout::try_with_seed`] returns the error instead.
     #[track_caller]
     pub fn with_seed(p: f32, seed: u64) -> Dropout {
-        crate::ops::ok(Dropout::try_with_seed(p, seed))
+        crate::error::ok(Dropout::try_with_seed(p, seed))
     }
 
     /// [`Dropout::with_seed`], returning an error instead of panicking.

@@ -132,7 +132,7 @@ pub fn layer_norm(x: &Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>, ep
 /// ```
 #[track_caller]
 pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, is_causal: bool) -> Tensor {
-    crate::ops::ok(try_scaled_dot_product_attention(q, k, v, is_causal))
+    crate::error::ok(try_scaled_dot_product_attention(q, k, v, is_causal))
 }
 
 /// [`scaled_dot_product_attention`], returning an error instead of panicking.

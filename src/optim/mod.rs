@@ -35,8 +35,8 @@ pub use sgd::{Sgd, SgdConfig};
 
 use crate::autograd::{same_kind, Grads, Var};
 use crate::dtype::DType;
+use crate::error::ok;
 use crate::error::{Error, Result};
-use crate::ops::ok;
 use crate::tensor::Tensor;
 
 /// An optimizer's update rule: its settings, and the lazy update of one parameter. [`Sgd`] and [`AdamW`] are

@@ -406,7 +406,7 @@ fn row_fold(graph: &Graph, id: NodeId) -> Option<(&Shape, usize)> {
             let domain = &graph.node(x).shape;
             let adjacent = domain.dims()[axis + 1..].iter().all(|&d| d == 1);
             let rows = graph.node(id).shape.numel();
-            (adjacent && super::reduce::one_pass(domain.dims()[axis], rows)).then_some((domain, axis))
+            (adjacent && super::chunks::one_pass(domain.dims()[axis], rows)).then_some((domain, axis))
         }
         _ => None,
     }

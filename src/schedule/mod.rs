@@ -2,6 +2,8 @@
 //! Pure graph code, no backend.
 
 mod cache;
+mod chunks;
+pub(crate) mod dot;
 mod fuse;
 mod group;
 mod lower;

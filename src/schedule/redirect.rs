@@ -208,7 +208,10 @@ mod tests {
             let Kind::Matmul(mm) = p.kernels[0].kind else { panic!("a product first") };
             assert_eq!((mm.thin.is_some(), mm.tri), (tri == Tri::Full, tri), "{dims:?}");
             assert!(p.kernels[0].store_view.is_some(), "{dims:?}");
-            crate::codegen::validate(&crate::codegen::generate(&p.kernels[0], &Default::default()));
+            crate::backend::wgpu::codegen::validate(&crate::backend::wgpu::codegen::generate(
+                &p.kernels[0],
+                &Default::default(),
+            ));
         }
     }
 
@@ -224,8 +227,8 @@ mod tests {
         assert_eq!(strides, [3168, 32, 96, 1, 0], "axes of [2, 33, 3, 32], offset 0");
         assert_eq!(k.outputs[0].0, p.slot_of(c).expect("the copy's node has the slot"));
         assert!(p.kernels[1].inputs.iter().any(|&(s, _)| s == k.outputs[0].0), "read by the next product");
-        let src = crate::codegen::generate(k, &Default::default());
-        crate::codegen::validate(&src);
+        let src = crate::backend::wgpu::codegen::generate(k, &Default::default());
+        crate::backend::wgpu::codegen::validate(&src);
         assert!(src.contains("store4(") && src.contains(") >> 2u]"), "16-byte stores at the view's index");
     }
 

@@ -2,6 +2,7 @@
 //! epilogue (elementwise members of the output's shape that read the fold), in one kernel or, for long axes with
 //! few outputs, two: partial folds per chunk of the axis, then a fold of the partials with the epilogue.
 
+use super::chunks::{chunks, team};
 use super::lower::{kernel, GroupCtx, Lowerer};
 use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, Op};
@@ -9,43 +10,12 @@ use crate::kernel::{Access, Instr, Kernel, Kind, Phase, Reduce};
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::shape::Shape;
 
-/// Elements one chunk should cover at least, so that partial folds are worth their round trip: a workgroup folds
-/// a chunk of adjacent elements (16 per thread at least), a single thread a chunk of a column.
-const MIN_CHUNK_ROWS: usize = 4096;
-const MIN_CHUNK_COLUMNS: usize = 64;
-
-/// Workgroups a reduction should start at least to keep a large GPU busy.
-const TARGET_GROUPS: usize = 1024;
-
-/// How many chunks to cut an axis of `n` elements into, given `groups` workgroups without chunking.
-fn chunks(n: usize, groups: usize, rows: bool) -> usize {
-    let min = if rows { MIN_CHUNK_ROWS } else { MIN_CHUNK_COLUMNS };
-    if groups >= TARGET_GROUPS || n < 2 * min {
-        return 1;
-    }
-    (TARGET_GROUPS / groups.max(1)).clamp(1, n / min)
-}
-
-/// Threads that fold one row of `n` elements: about 16 elements each, at least `min` (the backend's widest
-/// subgroup, 32 or 64) and at most a workgroup. Short rows share a workgroup, so each thread still has several
-/// loads in flight. (16 rather than 32: softmax and layer norm of [4096, 4096] went from 0.084 to 0.072 ms on the
-/// H200, other shapes unchanged.)
-fn team(n: usize, min: usize) -> u32 {
-    (n / 16).next_power_of_two().clamp(min, crate::kernel::WORKGROUP_SIZE as usize) as u32
-}
-
 /// The fewest threads per row of a rows kernel, below a subgroup's width: a team within one subgroup folds by
 /// exchanging values between its lanes (`subgroupShuffleXor`, `codegen/reduce.rs`), so a short row needs no more
-/// threads than its 16 elements each. On the H200 nanoGPT's masked softmax over rows of 256 took 3242 us over a
-/// profiled run in teams of 16, against 3862 in teams of 32 (a subgroup), and the step 36.03-36.10 against
-/// 36.13-36.18 ms; teams of 64 and 128 were slower still (docs/notes/benchmarks-log.md, "2026-11-29, fifth
-/// session", calls 5 and 6). 4, not 8, so that lavapipe's subgroups of 8 run the exchanges in CI too.
+/// threads than its 16 elements each: teams of 16 ran nanoGPT's masked softmax over rows of 256 faster than a
+/// subgroup's 32, and 64 or 128 slower still (the figures: docs/notes/benchmarks-log.md, fifth session). 4, not 8,
+/// so that lavapipe's subgroups of 8 run the exchanges in CI too.
 const ROWS_TEAM_MIN: usize = 4;
-
-/// Whether a row fold of `n` elements per output over `outputs` outputs runs in one pass (no chunks).
-pub(super) fn one_pass(n: usize, outputs: usize) -> bool {
-    chunks(n, outputs, true) == 1
-}
 
 /// A fold to lower: `op` along `axis` of `domain`, folding the value `value` computes per element of the domain.
 /// Its output is the domain with the axis at extent 1, whose elements are the group's head's in order.

@@ -241,7 +241,7 @@ mod tests {
                 panic!("one sibling, the maximum: {:?}", k.phases)
             };
             assert!(*value < r.prologue && body.end == r.prologue, "the sibling's value is in the prologue");
-            crate::codegen::validate(&crate::codegen::generate(k, &Default::default()));
+            crate::backend::wgpu::codegen::validate(&crate::backend::wgpu::codegen::generate(k, &Default::default()));
         }
         assert_eq!(k[0].inputs.len(), 2, "dy bound once: {:?}", k[0].inputs);
         assert_eq!(k[0].outputs.len(), 2, "the partials of each fold");
@@ -253,12 +253,12 @@ mod tests {
         let k = gradients(64, &Options::TEST);
         assert_eq!(k.len(), 1);
         assert_eq!(k[0].phases.len(), 1);
-        crate::codegen::validate(&crate::codegen::generate(&k[0], &Default::default()));
+        crate::backend::wgpu::codegen::validate(&crate::backend::wgpu::codegen::generate(&k[0], &Default::default()));
     }
 
     #[test]
     fn row_folds_merge_and_fold_in_turn() {
-        use crate::codegen::{generate, validate, Target};
+        use crate::backend::wgpu::codegen::{generate, validate, Target};
         let mut g = Graph::default();
         let x = data(&mut g, &[1 << 20]);
         let (lo, hi) = (fold(&mut g, ReduceOp::Min, x, 0), fold(&mut g, ReduceOp::Max, x, 0));

@@ -43,7 +43,7 @@ fn chain_fuses_into_one_kernel() {
     assert_eq!(scalars, vec![5.0, 2.0]);
     assert!(k.dims_at.is_none(), "same-shape inputs are read at the kernel's own index");
     assert_eq!(k.width, 4, "so it runs on vec4");
-    assert!(crate::codegen::generate(k, &Default::default()).contains("array<vec4<f32>>"));
+    assert!(crate::backend::wgpu::codegen::generate(k, &Default::default()).contains("array<vec4<f32>>"));
     assert_eq!(p.slots.iter().filter(|s| s.source == Source::Upload).count(), 3);
 }
 
@@ -141,7 +141,8 @@ fn long_chains_split_into_equal_kernels() {
     assert_eq!(p.kernels.len(), 4);
     assert!(p.kernels.iter().all(|k| k.fused_ops <= 256));
     assert_eq!(p.kernels.iter().map(|k| k.fused_ops).sum::<usize>(), 1000);
-    let src: Vec<String> = p.kernels.iter().map(|k| crate::codegen::generate(k, &Default::default())).collect();
+    let src: Vec<String> =
+        p.kernels.iter().map(|k| crate::backend::wgpu::codegen::generate(k, &Default::default())).collect();
     assert_eq!(src[1], src[2], "equal chunks share one pipeline");
 }
 
@@ -150,15 +151,18 @@ fn kernels_of_one_structure_share_a_pipeline_key() {
     let mut g = Graph::default();
     let small = chain3(&mut g, 1000);
     let big = chain3(&mut g, 100_000);
-    let t = crate::codegen::Target::default();
+    let t = crate::backend::wgpu::codegen::Target::default();
     let (p1, p2) = (plan(&g, &[small], &FUSE), plan(&g, &[big], &FUSE));
     let (k1, k2) = (&p1.kernels[0], &p2.kernels[0]);
     assert_ne!(k1.params, k2.params);
-    assert_eq!(crate::codegen::Key::of(k1, &t), crate::codegen::Key::of(k2, &t));
-    assert_eq!(crate::codegen::generate(k1, &t), crate::codegen::generate(k2, &t));
+    assert_eq!(crate::backend::wgpu::codegen::Key::of(k1, &t), crate::backend::wgpu::codegen::Key::of(k2, &t));
+    assert_eq!(crate::backend::wgpu::codegen::generate(k1, &t), crate::backend::wgpu::codegen::generate(k2, &t));
     let e = g.add(Op::Unary(UnaryOp::Exp, big), Shape::from([100_000]), DType::F32);
     let p3 = plan(&g, &[e], &FUSE);
-    assert_ne!(crate::codegen::Key::of(&p3.kernels[0], &t), crate::codegen::Key::of(k2, &t));
+    assert_ne!(
+        crate::backend::wgpu::codegen::Key::of(&p3.kernels[0], &t),
+        crate::backend::wgpu::codegen::Key::of(k2, &t)
+    );
 }
 
 /// `x [m, k] @ w [k, n]`, with `x` first put through `pre` and the product through `post`.
@@ -176,8 +180,8 @@ fn f32_products_of_whole_column_quads_store_16_byte_vectors() {
         let p = plan(g, outs, &FUSE);
         let k = &p.kernels[0];
         let Kind::Matmul(mm) = k.kind else { panic!("a product first") };
-        let src = crate::codegen::generate(k, &Default::default());
-        crate::codegen::validate(&src);
+        let src = crate::backend::wgpu::codegen::generate(k, &Default::default());
+        crate::backend::wgpu::codegen::validate(&src);
         (mm.quad, src)
     };
     // n a multiple of 4, the product and its epilogue both stored: each output bound and written as vectors.
@@ -250,7 +254,10 @@ fn every_blocking_compiles_on_every_fetch_path() {
                     let Kind::Matmul(mm) = k0.kind else { panic!("a product") };
                     let quads = m == 256 && (tile.bm * bk) % 1024 == 0 && (tile.bn * bk) % 1024 == 0;
                     assert_eq!((mm.even, mm.vec_a && mm.vec_b), (m == 256, quads), "{tile:?} {m}");
-                    crate::codegen::validate(&crate::codegen::generate(k0, &Default::default()));
+                    crate::backend::wgpu::codegen::validate(&crate::backend::wgpu::codegen::generate(
+                        k0,
+                        &Default::default(),
+                    ));
                 }
             }
         }
@@ -264,7 +271,7 @@ fn operands_of_even_products_are_fetched_as_aligned_quads() {
         let p = plan(g, &[out], &FUSE);
         let k = &p.kernels[0];
         let Kind::Matmul(mm) = k.kind else { panic!("a product first") };
-        crate::codegen::validate(&crate::codegen::generate(k, &Default::default()));
+        crate::backend::wgpu::codegen::validate(&crate::backend::wgpu::codegen::generate(k, &Default::default()));
         (mm.vec_a, mm.vec_b, k.inputs.iter().map(|i| i.1).collect::<Vec<_>>())
     };
     let view = |g: &mut Graph, x: NodeId, v: View| {
@@ -584,7 +591,7 @@ fn large_kernels_of_16_bit_elements_take_two_vectors_per_thread() {
         let k = &p.kernels[0];
         assert_eq!((k.width, k.vectors), (4, 2), "{dt}");
         assert_eq!(k.threads(), (1 << 20) / 8);
-        crate::codegen::validate(&crate::codegen::generate(k, &Default::default()));
+        crate::backend::wgpu::codegen::validate(&crate::backend::wgpu::codegen::generate(k, &Default::default()));
         assert_eq!(plan_of(dt, 1 << 16).kernels[0].vectors, 1, "{dt}: small kernels keep a vector per thread");
     }
     assert_eq!(plan_of(DType::F32, 1 << 20).kernels[0].vectors, 1, "f32 vectors are 16 bytes already");
@@ -607,8 +614,8 @@ fn long_column_folds_of_enough_columns_run_in_one_pass_by_teams() {
     assert!(r.column_team && !r.partial && !r.rows);
     assert_eq!((k[0].params[r.chunks_at], k[0].params[r.team_at]), (1, 32));
     assert_eq!(k[0].threads(), 1536 * 32);
-    let src = crate::codegen::generate(&k[0], &Default::default());
-    crate::codegen::validate(&src);
+    let src = crate::backend::wgpu::codegen::generate(&k[0], &Default::default());
+    crate::backend::wgpu::codegen::validate(&src);
     // Too few columns for teams to fill the device (48 workgroups), or too few chunks (a GEMV's 64): two passes.
     assert_eq!(kernels(16384, 384).len(), 2);
     assert_eq!(kernels(4096, 4096).len(), 2);
@@ -621,13 +628,17 @@ fn column_folds_keep_more_steps_in_flight_than_row_folds() {
         let x = data(&mut g, &[512, 512]);
         let s = fold(&mut g, crate::op::ReduceOp::Sum, x, axis);
         let p = plan(&g, &[s], &FUSE);
-        let src = crate::codegen::generate(&p.kernels[0], &Default::default());
-        crate::codegen::validate(&src);
+        let src = crate::backend::wgpu::codegen::generate(&p.kernels[0], &Default::default());
+        crate::backend::wgpu::codegen::validate(&src);
         src
     };
     let (columns, rows) = (source(0), source(1));
-    let last = format!("var acc{} ", crate::codegen::COLUMN_UNROLL - 1);
-    assert!(columns.contains(&last), "a column fold: {} accumulators\n{columns}", crate::codegen::COLUMN_UNROLL);
+    let last = format!("var acc{} ", crate::backend::wgpu::codegen::COLUMN_UNROLL - 1);
+    assert!(
+        columns.contains(&last),
+        "a column fold: {} accumulators\n{columns}",
+        crate::backend::wgpu::codegen::COLUMN_UNROLL
+    );
     assert!(!rows.contains(&last) && rows.contains("var acc3 "), "a row fold: 4\n{rows}");
 }
 
@@ -641,9 +652,9 @@ fn short_rows_fold_in_teams_of_16_elements_a_thread_down_to_4_threads() {
         let p = plan(&g, &[d], &Options { row_team_min: min, ..FUSE });
         let k = &p.kernels[0];
         let crate::kernel::Kind::Rows { team_at, .. } = k.kind else { panic!("a rows kernel") };
-        let target = crate::codegen::Target { subgroups: true, ..Default::default() };
-        let src = crate::codegen::generate(k, &target);
-        crate::codegen::validate(&src);
+        let target = crate::backend::wgpu::codegen::Target { subgroups: true, ..Default::default() };
+        let src = crate::backend::wgpu::codegen::generate(k, &target);
+        crate::backend::wgpu::codegen::validate(&src);
         assert!(src.contains("if (lanes == team) {"), "a team of one subgroup folds without a barrier\n{src}");
         assert!(src.contains("} else if (team < lanes) {") && src.contains("subgroupShuffleXor(v, s)"), "{src}");
         k.params[team_at]

@@ -3,31 +3,15 @@
 //! as they are. Sorting elements one by one into parts, with fresh vectors per batch, made `cat` 30-45x slower per
 //! element than a plain read.
 
-use super::eval::{eval, Batch, Ctx, Own, Regs};
+use super::batch::{Batch, Ctx, Eval, Own, Regs, Scratch};
 use super::runs::Run;
 use crate::kernel::{CatPart, Instr};
 use std::ops::Range;
 
-/// What the parts of a concatenation are evaluated in, kept by the registers of the batch around them
-/// ([`Regs::spare`]) from batch to batch, so that parts allocate nothing once the first batches sized these.
-pub(super) struct Scratch {
-    regs: Regs,
-    batch: Batch,
-    /// The part's pieces: where each starts in the batch around it and in the part's own, and its length.
-    pieces: Vec<(usize, usize, usize)>,
-    /// Instructions before the part that it reads: their values are narrowed to its elements.
-    reads: Vec<usize>,
-}
-
-impl Scratch {
-    fn new(ctx: &Ctx) -> Scratch {
-        Scratch { regs: Regs::new(ctx), batch: Batch::empty(), pieces: Vec::new(), reads: Vec::new() }
-    }
-}
-
 /// Evaluates the concatenation at instruction `q` over `batch` into `regs`: each element takes the first part whose
-/// bound exceeds its coordinate along the concatenation's axis (none past the last: 0).
-pub(super) fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
+/// bound exceeds its coordinate along the concatenation's axis (none past the last: 0). Each part's body runs
+/// through `eval`, the evaluator that called this: a part may hold a concatenation of its own.
+pub(super) fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs, eval: Eval) {
     let k = ctx.k;
     let Instr::Cat { axis, parts, .. } = &k.body[q] else { unreachable!("a concatenation") };
     regs.window[q] = None;
@@ -40,8 +24,8 @@ pub(super) fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
     let first = parts.iter().position(|p| k.signed(p.bound) > least);
     let inside = first.filter(|&p| k.signed(parts[p].bound) > most);
     match inside {
-        Some(p) => whole(ctx, q, &parts[p], batch, regs, &mut s),
-        None => pieces(ctx, q, parts, *axis, batch, regs, &mut s),
+        Some(p) => whole(ctx, q, &parts[p], batch, regs, &mut s, eval),
+        None => pieces(ctx, q, parts, *axis, batch, regs, &mut s, eval),
     }
     regs.spare.push(s);
 }
@@ -49,7 +33,7 @@ pub(super) fn cat(ctx: &Ctx, q: usize, batch: &Batch, regs: &mut Regs) {
 /// A batch inside one part (a batch of rows of one concatenated tensor, the common case): the part runs on the
 /// batch itself, its coordinates shifted, in the registers around it (every instruction of a kernel with a
 /// concatenation has a register of its own), and its values become the concatenation's without a copy.
-fn whole(ctx: &Ctx, q: usize, part: &CatPart, batch: &Batch, regs: &mut Regs, s: &mut Scratch) {
+fn whole(ctx: &Ctx, q: usize, part: &CatPart, batch: &Batch, regs: &mut Regs, s: &mut Scratch, eval: Eval) {
     let frame = ctx.k.frames[part.frame - 1];
     let shift = ctx.k.signed(frame.shift);
     let sub = &mut s.batch;
@@ -103,7 +87,17 @@ fn indices(own: &mut Own) -> Vec<usize> {
 
 /// A batch across parts: each part runs on its pieces of the batch in the scratch's registers, its values copied
 /// into the concatenation's piece by piece.
-fn pieces(ctx: &Ctx, q: usize, parts: &[CatPart], axis: usize, batch: &Batch, regs: &mut Regs, s: &mut Scratch) {
+#[allow(clippy::too_many_arguments)]
+fn pieces(
+    ctx: &Ctx,
+    q: usize,
+    parts: &[CatPart],
+    axis: usize,
+    batch: &Batch,
+    regs: &mut Regs,
+    s: &mut Scratch,
+    eval: Eval,
+) {
     let (n, r) = (batch.len, ctx.plan.slot[q]);
     let mut out = std::mem::take(&mut regs.vals[r]);
     out.resize(n, 0.0);

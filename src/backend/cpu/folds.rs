@@ -1,6 +1,7 @@
 //! Reduce and rows kernels on the CPU: folds per (block of outputs, chunk), phases per row, in a fixed tree order.
 
-use super::eval::{eval, needs_coords, ravel, store, tasks_with, unravel, Batch, Ctx, Out, Own, Regs, BATCH};
+use super::batch::{ravel, tasks_with, unravel, Batch, Ctx, Out, Own, Regs, BATCH};
+use super::eval::{eval, needs_coords, store};
 use super::runs::{Run, Runs};
 use super::simd;
 use crate::dtype::{Class, DType};

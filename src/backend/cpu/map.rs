@@ -2,7 +2,8 @@
 //! elements in, row-major or, where a load reads down the columns of its input (a transpose), in tiles whose
 //! transposed loads are staged first, and the stores of their values.
 
-use super::eval::{eval, ravel, store, tasks_with, unravel, Batch, Ctx, Out, Own, Regs, BATCH};
+use super::batch::{ravel, tasks_with, unravel, Batch, Ctx, Out, Own, Regs, BATCH};
+use super::eval::{eval, store};
 use super::runs::{inner_axis, read_tile, view_at, Run};
 use super::simd;
 use crate::dtype::DType;

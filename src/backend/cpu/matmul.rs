@@ -1,6 +1,6 @@
 //! Running a matmul kernel on the CPU: `gemm` on operands read in place or evaluated, then the epilogue.
 
-use super::eval::{self, Out};
+use super::batch::{self, Out};
 use super::map;
 use crate::kernel::{Instr, Kernel, Kind};
 use crate::shape::Shape;
@@ -56,7 +56,7 @@ fn strided<'a>(k: &Kernel, range: Range<usize>, dims: &[usize], inputs: &[&'a [f
     }
     let batch = &dims[..r - 2];
     let bases = (0..batch.iter().product())
-        .map(|b| (offset + eval::unravel(b, batch).iter().zip(&strides).map(|(c, s)| c * s).sum::<i64>()) as usize)
+        .map(|b| (offset + batch::unravel(b, batch).iter().zip(&strides).map(|(c, s)| c * s).sum::<i64>()) as usize)
         .collect();
     Some(Operand { data, bases, rows: strides[r - 2] as isize, cols: strides[r - 1] as isize })
 }
@@ -114,7 +114,7 @@ fn multiply(a: &Operand, b: &Operand, dst: &mut [f32], m: usize, n: usize, inner
     // gemm keeps a product below its threading threshold on one thread: only the batch can spread those.
     let small = m * n * inner < gemm::get_threading_threshold();
     if batches > 1 && (small || batches >= 4 * threads) {
-        eval::tasks(batches, |i| one(i, Parallelism::None));
+        batch::tasks(batches, |i| one(i, Parallelism::None));
         return;
     }
     // On a pool thread, nested parallelism could run another of the caller's tasks on this thread (see `tasks`).

@@ -1,6 +1,7 @@
 //! The CPU backend: buffers are `Vec<f32>`s of words in host memory (other element types in their bits), kernels
 //! of the same IR run on rayon's threads.
 
+mod batch;
 mod cat;
 mod eval;
 mod folds;
@@ -16,7 +17,7 @@ use super::{Backend, Data, Done, Job, ReadId};
 use crate::error::{Error, Result};
 use crate::graph::BufferKey;
 use crate::kernel::Kind;
-use crate::stats::Stats;
+use crate::profile::Stats;
 use slotmap::SlotMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -3,11 +3,11 @@
 
 use super::gpu::Scopes;
 use super::{batch, pool, readback, timing, WgpuBackend};
+use crate::backend::wgpu::codegen;
 use crate::backend::{Data, Done, Job, JobBuffer};
-use crate::codegen;
 use crate::error::Result;
 use crate::graph::BufferKey;
-use crate::stats::Stats;
+use crate::profile::Stats;
 use smallvec::SmallVec;
 
 /// Bytes a binding of a `bytes`-byte value covers: whole 16-byte vectors (buffers are allocated in 256-byte steps).

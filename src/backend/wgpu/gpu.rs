@@ -1,8 +1,8 @@
 //! Opening the GPU: adapter choice (`LAZOR_BACKEND`, `LAZOR_ADAPTER`), device creation with the adapter's own
 //! limits, and turning wgpu's error callbacks into values lazor can return.
 
-use super::lock;
 use crate::env;
+use crate::error::lock;
 use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex};
 
@@ -101,7 +101,7 @@ fn tensor_cores(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
         return false;
     }
     if (info.subgroup_min_size, info.subgroup_max_size) != (32, 32)
-        || adapter.limits().max_compute_workgroup_storage_size < crate::codegen::COOP_WORKGROUP_BYTES
+        || adapter.limits().max_compute_workgroup_storage_size < crate::backend::wgpu::codegen::COOP_WORKGROUP_BYTES
     {
         return false;
     }

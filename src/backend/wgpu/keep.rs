@@ -9,7 +9,7 @@
 // 200 ms that creating one costs. A dropped Device's buffers and pipelines are dropped with it, so the next owner
 // starts from an empty device.
 
-use super::lock;
+use crate::error::lock;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Held while a `Device` is opened (adapters enumerated, a device taken or created): one at a time per process.

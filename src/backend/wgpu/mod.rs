@@ -2,6 +2,7 @@
 
 mod batch;
 mod bind_groups;
+pub(crate) mod codegen;
 mod disk_cache;
 mod execute;
 pub(crate) mod gpu;
@@ -29,9 +30,9 @@ pub(crate) fn open_for_test<T>(open: impl FnOnce() -> crate::error::Result<T>) -
 }
 
 use super::{Backend, Done, Job, ReadId};
-use crate::error::Result;
+use crate::error::{lock, Result};
 use crate::graph::BufferKey;
-use crate::stats::Stats;
+use crate::profile::Stats;
 use gpu::Gpu;
 use slotmap::SlotMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -126,8 +127,8 @@ impl WgpuBackend {
     }
 
     /// What codegen may use on this device now.
-    pub fn target(&self) -> crate::codegen::Target {
-        crate::codegen::Target {
+    pub fn target(&self) -> crate::backend::wgpu::codegen::Target {
+        crate::backend::wgpu::codegen::Target {
             subgroups: self.subgroups.load(Ordering::Relaxed),
             f16: self.f16.load(Ordering::Relaxed),
             coop: self.coop.load(Ordering::Relaxed),
@@ -138,12 +139,6 @@ impl WgpuBackend {
     pub fn pipeline_cache_file(&self) -> Option<std::path::PathBuf> {
         self.state().pipelines.disk.as_ref().map(|d| d.path().to_path_buf())
     }
-}
-
-/// Locks `m`, also after a panic elsewhere left it poisoned: every lock here guards state that stays consistent
-/// between statements.
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Shared {

@@ -5,7 +5,7 @@
 // loop that repeats a computation at fixed shapes hits every time.
 
 use crate::hash::FastMap;
-use crate::stats::Stats;
+use crate::profile::Stats;
 
 /// Blocks kept; past this the least recently used is dropped.
 const MAX_BLOCKS: usize = 64;

@@ -4,7 +4,7 @@ use super::disk_cache::DiskCache;
 use super::gpu::Scopes;
 use crate::error::{Error, Result};
 use crate::hash::FastMap;
-use crate::stats::Stats;
+use crate::profile::Stats;
 use std::sync::Arc;
 
 /// A compiled kernel and the layout its bind groups use, fetched once rather than per dispatch.
@@ -20,14 +20,14 @@ pub struct Compiled {
 pub struct Pipelines {
     cache: FastMap<String, Arc<Compiled>>,
     /// By the structure of the kernels a dispatch runs (one, or several joined: `Kernel::joins`).
-    by_key: FastMap<Vec<crate::codegen::Key>, Arc<Compiled>>,
+    by_key: FastMap<Vec<crate::backend::wgpu::codegen::Key>, Arc<Compiled>>,
     /// The driver's cache, kept on disk between processes, where the device has one.
     pub disk: Option<DiskCache>,
 }
 
 impl Pipelines {
     /// The pipeline of a dispatch whose kernels' structure is `key`, if one was compiled; counted as a cache hit.
-    pub fn lookup(&self, key: &[crate::codegen::Key], stats: &mut Stats) -> Option<Arc<Compiled>> {
+    pub fn lookup(&self, key: &[crate::backend::wgpu::codegen::Key], stats: &mut Stats) -> Option<Arc<Compiled>> {
         let p = self.by_key.get(key)?;
         stats.pipeline_cache_hits += 1;
         Some(p.clone())
@@ -41,7 +41,7 @@ impl Pipelines {
     }
 
     /// Remembers `compiled` as the pipeline of structure `key`.
-    pub fn remember(&mut self, key: Vec<crate::codegen::Key>, compiled: Arc<Compiled>) {
+    pub fn remember(&mut self, key: Vec<crate::backend::wgpu::codegen::Key>, compiled: Arc<Compiled>) {
         self.by_key.insert(key, compiled);
     }
 

@@ -3,7 +3,7 @@
 
 use crate::backend::free::FreeList;
 use crate::graph::BufferKey;
-use crate::stats::Stats;
+use crate::profile::Stats;
 use slotmap::SlotMap;
 
 /// Storage and staging buffers of one device.

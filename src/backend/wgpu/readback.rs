@@ -1,8 +1,9 @@
 //! Reading results back: map the staging copies a job made, wait, lend the mapped words, return the staging buffer
 //! to the pool.
 
-use super::{lock, WgpuBackend};
+use super::WgpuBackend;
 use crate::backend::ReadId;
+use crate::error::lock;
 use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex};
 

@@ -3,15 +3,15 @@
 //! ops, which fuse into the reduce kernel or into its consumers.
 
 use crate::autograd::{record, Rule};
-use crate::dim::Dim;
 use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::op::ReduceOp;
 use crate::shape::Shape;
+use crate::tensor::dim::Dim;
 use crate::tensor::Tensor;
 
 use crate::dtype::DType;
-use crate::ops::ok;
+use crate::error::ok;
 
 impl Tensor {
     /// The type float math on this tensor computes in, and the type its result takes: f16 and bf16 compute in

@@ -57,12 +57,12 @@ pub(super) fn stores(tile: crate::kernel::MatmulTile, store4: bool, masked: bool
 }
 
 /// Emits the epilogue's store functions from instruction `epilogue` on, with `row` and `col` the kernel's last two
-/// axes: [`quad_stores`] for vector stores, [`packed_stores`] where an output is packed, else `store` alone;
+/// axes: [`store4_functions`] for vector stores, [`packed_stores`] where an output is packed, else `store` alone;
 /// whether the kernel has a `store4` (the first two).
 pub(super) fn store_functions(e: &mut Emitter, epilogue: usize, row: usize, col: usize, quad: bool) -> bool {
     let k = e.k;
     if quad {
-        quad_stores(e, epilogue, row, col);
+        store4_functions(e, epilogue, row, col);
         return true;
     }
     let packed: Vec<(usize, u32)> = (0..k.outputs.len()).filter_map(|o| e.packed_per(o).map(|per| (o, per))).collect();
@@ -125,7 +125,7 @@ fn epi(
 /// the epilogue of one element and returns every output's value; `store4` runs it for 4 neighbouring columns of one
 /// row (all inside n, which is a multiple of 4) and stores one vector per output. Element by element, a warp's
 /// store wrote 4-byte values 16 bytes apart, four times over the same sectors.
-fn quad_stores(e: &mut Emitter, epilogue: usize, row: usize, col: usize) {
+fn store4_functions(e: &mut Emitter, epilogue: usize, row: usize, col: usize) {
     let n = e.k.outputs.len();
     epi(e, ("f32", n), epilogue, row, col, |_, o, v| format!("w[{o}] = {v};"));
     e.line(0, "fn store4(r: u32, c: u32, i: u32, v: vec4<f32>) {");

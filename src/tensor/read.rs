@@ -2,9 +2,9 @@
 //! `read_with` a borrowed view of the device's own read-back memory, and `to_vecs` of several tensors at once.
 
 use crate::dtype::DType;
-use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
+use crate::tensor::element::Element;
 use crate::tensor::Tensor;
 use std::future::Future;
 
@@ -16,7 +16,7 @@ impl Tensor {
     /// is not f32 (read it with [`Tensor::to_vec_as`]).
     #[track_caller]
     pub fn to_vec(&self) -> Vec<f32> {
-        crate::ops::ok(self.try_to_vec())
+        crate::error::ok(self.try_to_vec())
     }
 
     /// Realizes and reads the values back.
@@ -40,7 +40,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn to_vec_as<T: Element>(&self) -> Vec<T> {
-        crate::ops::ok(self.try_to_vec_as())
+        crate::error::ok(self.try_to_vec_as())
     }
 
     /// [`Tensor::to_vec_as`], returning an error instead of panicking.
@@ -160,7 +160,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn read_with<R>(&self, f: impl FnOnce(&[f32]) -> R) -> R {
-        crate::ops::ok(self.try_read_with(f))
+        crate::error::ok(self.try_read_with(f))
     }
 
     /// [`Tensor::read_with`], returning an error instead of panicking (`f` does not run then).

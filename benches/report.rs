@@ -6,18 +6,18 @@
 //! `check.rs` (checks against the host, dispatch counts) and `raw.rs` (raw wgpu copies and hand-written kernels).
 //!
 //! ```text
-//! cargo run --release --example bench                 # every section
-//! cargo run --release --example bench -- views        # only the views section (or `elementwise`)
-//! cargo run --release --example bench -- reductions   # only the reductions section
-//! cargo run --release --example bench -- cpu          # only the CPU-backend section
-//! cargo run --release --example bench -- cpu-views    # only the CPU section's views table (bench/cpu_views.rs)
-//! cargo run --release --example bench -- matmul       # only the matmul section
-//! cargo run --release --example bench -- dtypes       # only the element-type section
-//! cargo run --release --example bench -- random       # only the random-numbers section (bench/random.rs)
-//! cargo run --release --example bench -- life         # only the process-life section (bench/life.rs)
-//! cargo run --release --example bench -- shapes       # a training step's products one by one (bench/shapes.rs)
-//! cargo run --release --example bench -- clock        # chain3 beside the GPU's SM clock (bench/clock.rs)
-//! cargo run --release --example bench -- grouping     # independent kernels alone and grouped (bench/grouping.rs)
+//! cargo bench --bench report                 # every section
+//! cargo bench --bench report -- views        # only the views section (or `elementwise`)
+//! cargo bench --bench report -- reductions   # only the reductions section
+//! cargo bench --bench report -- cpu          # only the CPU-backend section
+//! cargo bench --bench report -- cpu-views    # only the CPU section's views table (bench/cpu_views.rs)
+//! cargo bench --bench report -- matmul       # only the matmul section
+//! cargo bench --bench report -- dtypes       # only the element-type section
+//! cargo bench --bench report -- random       # only the random-numbers section (bench/random.rs)
+//! cargo bench --bench report -- life         # only the process-life section (bench/life.rs)
+//! cargo bench --bench report -- shapes       # a training step's products one by one (bench/shapes.rs)
+//! cargo bench --bench report -- clock        # chain3 beside the GPU's SM clock (bench/clock.rs)
+//! cargo bench --bench report -- grouping     # independent kernels alone and grouped (bench/grouping.rs)
 //! ```
 //!
 //! The matmul section (in `bench/matmul.rs`) times the cases of `torch_reference.py matmul`: square products,
@@ -56,43 +56,43 @@
 //! and `synchronize()`. Copy rates count bytes read plus bytes written (8 per element). Each elementwise size runs on
 //! a fresh lazor `Device`, so buffers pooled at one size do not crowd the pool at the next.
 
-#[path = "bench/check.rs"]
+#[path = "report/check.rs"]
 mod check;
-#[path = "bench/clock.rs"]
+#[path = "report/clock.rs"]
 mod clock;
-#[path = "../benches/common/mod.rs"]
+#[path = "common/mod.rs"]
 mod common;
-#[path = "bench/cpu.rs"]
+#[path = "report/cpu.rs"]
 mod cpu;
-#[path = "bench/cpu_ops.rs"]
+#[path = "report/cpu_ops.rs"]
 mod cpu_ops;
-#[path = "bench/cpu_views.rs"]
+#[path = "report/cpu_views.rs"]
 mod cpu_views;
-#[path = "bench/dtypes.rs"]
+#[path = "report/dtypes.rs"]
 mod dtypes;
-#[path = "bench/elementwise.rs"]
+#[path = "report/elementwise.rs"]
 mod elementwise;
-#[path = "bench/grouping.rs"]
+#[path = "report/grouping.rs"]
 mod grouping;
-#[path = "bench/life.rs"]
+#[path = "report/life.rs"]
 mod life;
-#[path = "bench/matmul.rs"]
+#[path = "report/matmul.rs"]
 mod matmul;
-#[path = "bench/random.rs"]
+#[path = "report/random.rs"]
 mod random;
-#[path = "bench/raw.rs"]
+#[path = "report/raw.rs"]
 mod raw;
-#[path = "bench/reductions.rs"]
+#[path = "report/reductions.rs"]
 mod reductions;
-#[path = "bench/shapes.rs"]
+#[path = "report/shapes.rs"]
 mod shapes;
-#[path = "bench/steady.rs"]
+#[path = "report/steady.rs"]
 mod steady;
-#[path = "bench/timing.rs"]
+#[path = "report/timing.rs"]
 mod timing;
-#[path = "bench/training.rs"]
+#[path = "report/training.rs"]
 mod training;
-#[path = "bench/views.rs"]
+#[path = "report/views.rs"]
 mod views;
 
 use lazor::Device;

@@ -105,7 +105,7 @@ pub(super) fn specialise(skeleton: &str, tri: Tri) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::{generate, validate, Target};
+    use crate::backend::wgpu::codegen::{generate, validate, Target};
     use crate::dtype::DType;
     use crate::graph::{Graph, Op};
     use crate::kernel::Kind;

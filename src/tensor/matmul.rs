@@ -31,7 +31,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn matmul(&self, rhs: &Tensor) -> Tensor {
-        crate::ops::ok(self.try_matmul(rhs))
+        crate::error::ok(self.try_matmul(rhs))
     }
 
     /// [`Tensor::matmul`], returning an error instead of panicking.
@@ -123,7 +123,7 @@ impl Tensor {
         if tri == Tri::Full {
             return self.matmul(rhs);
         }
-        crate::ops::ok(self.device.check_same(&rhs.device, "matmul_tri"));
+        crate::error::ok(self.device.check_same(&rhs.device, "matmul_tri"));
         let (da, db) = (self.shape.dims(), rhs.shape.dims());
         let (ra, rb) = (da.len(), db.len());
         assert!(

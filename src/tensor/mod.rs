@@ -1,11 +1,28 @@
 //! `Tensor`: a cheap handle to a graph node, its constructors, and the verbs that evaluate it.
 
+pub(crate) mod compare;
+pub(crate) mod conv;
+pub mod debug;
+pub(crate) mod dim;
+pub(crate) mod display;
+pub(crate) mod element;
+pub(crate) mod indexing;
+pub(crate) mod losses;
+pub(crate) mod masks;
+pub(crate) mod matmul;
+pub(crate) mod ops;
+pub(crate) mod random;
+pub(crate) mod read;
+pub(crate) mod reductions;
+pub(crate) mod segments;
+pub(crate) mod views;
+
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, Op};
 use crate::shape::Shape;
+use crate::tensor::element::Element;
 use std::fmt;
 
 /// A lazy n-dimensional array of one element type ([`DType`]) on a [`Device`].
@@ -207,7 +224,7 @@ impl Tensor {
     /// On a device failure; [`Tensor::try_to_device`] returns it instead.
     #[track_caller]
     pub fn to_device(&self, device: &Device) -> Tensor {
-        crate::ops::ok(self.try_to_device(device))
+        crate::error::ok(self.try_to_device(device))
     }
 
     /// [`Tensor::to_device`], returning an error instead of panicking.

@@ -6,7 +6,7 @@ use crate::dtype::DType;
 use crate::hash::FastMap;
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase, TILE};
 use crate::op::Helper;
-use crate::random::Distribution;
+use crate::philox::Distribution;
 use std::fmt::Write;
 
 /// An `i32` parameter.
@@ -487,7 +487,7 @@ impl<'a> Emitter<'a> {
         // `quad` stores; folds, tiles and other products store one value per output.
         let wide_out: Vec<bool> = (0..k.outputs.len())
             .map(|o| match k.kind {
-                Kind::Matmul(mm) => super::matmul::quad_stores(k, &mm, target),
+                Kind::Matmul(mm) => super::matmul_form::quad_stores(k, &mm, target),
                 _ if k.width != 4 => false,
                 Kind::Elementwise => k.tiles.is_empty(),
                 Kind::Rows { .. } => {

@@ -4,8 +4,8 @@
 //! rules of those ops, plus one for the windowed maximum (ties share, as `max` does).
 
 use crate::autograd::{record, Rule};
+use crate::error::ok;
 use crate::error::{Error, Result};
-use crate::ops::ok;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
 

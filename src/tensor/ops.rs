@@ -3,21 +3,13 @@
 
 use crate::autograd::{record, Rule};
 use crate::dtype::{Class, DType, Scalar};
+use crate::error::ok;
 use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::op::{BinaryOp, UnaryOp};
 use crate::tensor::Tensor;
 use std::borrow::Borrow;
 use std::ops::{Add, AddAssign, BitAnd, BitOr, BitXor, Div, DivAssign, Mul, MulAssign, Neg, Not, Rem, Sub, SubAssign};
-
-/// The value of a `try_` twin, or a panic with its error at the caller's line.
-#[track_caller]
-pub(crate) fn ok<T>(r: Result<T>) -> T {
-    match r {
-        Ok(t) => t,
-        Err(e) => panic!("{e}"),
-    }
-}
 
 impl Tensor {
     /// The Rust number `value` as a tensor of shape `[]` on this tensor's device, of the type it computes in with

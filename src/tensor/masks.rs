@@ -3,11 +3,11 @@
 //! of their own. `flip` and `unfold`, which are views, live with the other views.
 
 use crate::autograd::{record, Rule};
-use crate::dim::Dim;
 use crate::dtype::DType;
+use crate::error::ok;
 use crate::error::{Error, Result};
-use crate::ops::ok;
 use crate::shape::Shape;
+use crate::tensor::dim::Dim;
 use crate::tensor::Tensor;
 
 /// Axes of at most this many elements are prefix-summed by one triangular fold.

@@ -1,10 +1,10 @@
 //! Casts, comparisons and selection: `to_dtype`, `lt` ... `ne` giving bool tensors, and `where_cond`.
 
 use crate::dtype::{DType, Scalar};
+use crate::error::ok;
 use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::op::BinaryOp;
-use crate::ops::ok;
 use crate::tensor::Tensor;
 
 /// The right-hand side of a comparison or a branch of [`Tensor::where_cond`]: a tensor (by value or reference) or

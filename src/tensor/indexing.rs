@@ -6,12 +6,12 @@
 //! adds the same values in the same order, with no float atomics; it costs a pass over the index per output row.
 
 use crate::autograd::{record, Rule};
-use crate::dim::Dim;
 use crate::dtype::DType;
+use crate::error::ok;
 use crate::error::{Error, Result};
 use crate::graph::Op;
-use crate::ops::ok;
 use crate::shape::Shape;
+use crate::tensor::dim::Dim;
 use crate::tensor::Tensor;
 
 /// An `I32` or `U32` index, else [`Error::DType`].
@@ -25,7 +25,7 @@ fn index_type(op: &'static str, index: &Tensor) -> Result<()> {
 /// Where `index` is host data not yet uploaded (directly or through a view), its first value outside `[0, size)`,
 /// as an error.
 pub(crate) fn check_host(op: &'static str, index: &Tensor, size: usize) -> Result<()> {
-    let values = crate::segments::host_values(index).unwrap_or_default();
+    let values = crate::tensor::segments::host_values(index).unwrap_or_default();
     match values.into_iter().find(|x| !(0..size as i64).contains(x)) {
         Some(index) => Err(Error::IndexOutOfRange { op, index, size }),
         None => Ok(()),
@@ -245,8 +245,8 @@ impl Tensor {
     /// spread into `index`: when it is host data, the sums are planned from its values (`segments.rs`).
     pub(crate) fn scattered(&self, axis: usize, index: &Tensor, line: Option<&Tensor>, src: &Tensor) -> Tensor {
         let (base, values) = (self.detach(), src.detach());
-        let out = crate::autograd::no_grad(|| match line.and_then(crate::segments::host_values) {
-            Some(line) => crate::segments::index_add(&base, axis, &line, &values),
+        let out = crate::autograd::no_grad(|| match line.and_then(crate::tensor::segments::host_values) {
+            Some(line) => crate::tensor::segments::index_add(&base, axis, &line, &values),
             None => &base + &scatter_sum(axis, index, &values, &self.shape),
         });
         record(out, &[self, src], |_| Rule::ScatterAdd { axis, index: index.clone(), src: src.shape.clone() })

@@ -2,11 +2,11 @@
 //! node (index math, no data moves) that kernels read through one composed stride vector.
 
 use crate::autograd::{record, Rule};
-use crate::dim::Dim;
+use crate::error::ok;
 use crate::error::{Error, Result};
 use crate::graph::Op;
-use crate::ops::ok;
 use crate::shape::Shape;
+use crate::tensor::dim::Dim;
 use crate::tensor::Tensor;
 use crate::view::View;
 use smallvec::SmallVec;

@@ -294,7 +294,7 @@ fn resolve(src: String, spans: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::{validate, Target};
+    use crate::backend::wgpu::codegen::{validate, Target};
     use crate::graph::build::{bin, data, fold, scalar, un};
     use crate::graph::Graph;
     use crate::kernel::{dispatches, WORKGROUP_SIZE};
@@ -338,7 +338,8 @@ mod tests {
             let target = Target { subgroups, f16: false, coop: false };
             for run in runs.iter().filter(|r| r.len() > 1) {
                 let members = &p.kernels[run.clone()];
-                let sources: Vec<String> = members.iter().map(|k| crate::codegen::generate(k, &target)).collect();
+                let sources: Vec<String> =
+                    members.iter().map(|k| crate::backend::wgpu::codegen::generate(k, &target)).collect();
                 let spans: Vec<usize> = members.iter().map(|k| k.binding_span()).collect();
                 let src = generate(&sources, &spans);
                 validate(&src);

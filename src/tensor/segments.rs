@@ -24,7 +24,7 @@ pub(crate) fn host_values(t: &Tensor) -> Option<Vec<i64>> {
     let Op::Data(words) = &node.op else { return None };
     let lanes = node.dtype.decode(words, node.shape.numel());
     let lanes = match view {
-        Some(v) => crate::reference::gather(&lanes, &v),
+        Some(v) => crate::view::gather(&lanes, &v),
         None => lanes,
     };
     let signed = t.dtype == DType::I32;

@@ -9,10 +9,11 @@ mod emit;
 pub(crate) mod group;
 mod helpers;
 mod matmul;
+mod matmul_form;
 mod matmul_stores;
 mod matmul_tri;
 mod online;
-pub(crate) use matmul::COOP_WORKGROUP_BYTES;
+pub(crate) use matmul_form::COOP_WORKGROUP_BYTES;
 #[cfg(test)]
 pub(crate) use reduce::COLUMN_UNROLL;
 mod reduce;

@@ -3,8 +3,8 @@
 
 use crate::autograd::{no_grad, record, Rule};
 use crate::dtype::DType;
+use crate::error::ok;
 use crate::error::{Error, Result};
-use crate::ops::ok;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -32,7 +32,7 @@ impl Tensor {
             });
         }
         let classes = dims[1];
-        crate::indexing::check_host(op, targets, classes)?;
+        crate::tensor::indexing::check_host(op, targets, classes)?;
         let scores = match dims.len() {
             2 => self.clone(),
             n => {
