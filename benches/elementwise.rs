@@ -73,7 +73,7 @@ fn elementwise(c: &mut Criterion) {
 
     // The copy runs on lazor's own wgpu device: the device's own copy rate, measured in the same run.
     let dev = Device::new().expect("device");
-    let (device, queue) = (dev.wgpu_device(), dev.wgpu_queue());
+    let (device, queue) = (dev.wgpu().expect("a wgpu device").device(), dev.wgpu().expect("a wgpu device").queue());
     let mut g = c.benchmark_group("copy");
     g.sampling_mode(SamplingMode::Flat);
     for &n in &sizes {

@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+from torch_cases import chain16, chain3, unary
+
 import torch_timing as timing
 
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -43,22 +45,6 @@ def compiled(f, *args):
     want, got = f(*args), g(*args)
     assert torch.allclose(want, got, rtol=1e-4, atol=1e-5, equal_nan=True), f.__name__
     return g
-
-
-# The elementwise cases, as lazor's benches/common/mod.rs spells them.
-def chain3(a, b, c):
-    return ((a + b) * 5.0 - c) / 2.0
-
-
-def chain16(a, b, c):
-    x = a
-    for _ in range(4):
-        x = ((x + b) * 1.01 - c) / 1.02
-    return x
-
-
-def unary(a, b, c):
-    return ((a * 0.1).exp() + b.abs()).sqrt() * c.tanh()
 
 
 def layer_norm(x):

@@ -26,3 +26,15 @@ def line(case, n, ms, rate, section=None):
     """`torch [section=<s>] case=<name> n=<elements> ms=<ms> <rate>`."""
     where = f"section={section} " if section else ""
     print(f"torch {where}case={case} n={n} ms={ms:.4f} {rate}", flush=True)
+
+
+def kernel_count(f):
+    """CUDA kernels one call of `f` launches, by the torch profiler (after one call to warm up)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    f()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        f()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)

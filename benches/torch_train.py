@@ -4,22 +4,15 @@ with the mean softmax cross-entropy written as `-(log_softmax(-1) * onehot).sum(
 large model's eight matmuls alone (3 forward, 3 weight gradients, 2 input gradients), and the CUDA kernels one
 step launches (torch profiler). Run: `python3 benches/torch_train.py`."""
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from torch_timing import gpu_ms
+from torch_timing import kernel_count as kernels
 
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
 
-def kernels(f):
-    f()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        f()
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
 def model(sizes, batch):

@@ -2,11 +2,12 @@
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::WgpuBackend;
-use crate::backend::{Backends, WgpuOnly};
+use crate::backend::wgpu::WgpuDevice;
+use crate::backend::Backends;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
 use crate::profile::{Profile, Stats};
-use crate::realize::{Engine, State};
+use crate::realize::{Engine, EngineState};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -62,29 +63,21 @@ impl Device {
         self.inner.backend.is_cpu()
     }
 
+    /// Slices of k for a single `m x k x n` product on this device ([`crate::schedule::split_k`]); `None` on the
+    /// CPU backend, whose `gemm` splits work itself.
+    pub(crate) fn split_k(&self, mkn: (usize, usize, usize), contiguous: impl Fn(bool, bool) -> bool) -> Option<usize> {
+        if self.is_cpu() {
+            return None;
+        }
+        crate::schedule::split_k::split_k(&self.inner.backend.matmul_tiles(), mkn, contiguous)
+    }
+
     fn with_backend(backend: Backends) -> Device {
         let dev = Device { inner: Arc::new(Engine::new(backend)) };
         if crate::env::profile() {
             dev.profile_until_exit();
         }
         dev
-    }
-
-    /// The wgpu backend of this device, for `op`.
-    ///
-    /// # Panics
-    /// If the device runs on another backend.
-    #[track_caller]
-    fn wgpu(&self, op: &'static str) -> &dyn WgpuOnly {
-        match self.try_wgpu(op) {
-            Ok(w) => w,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// The wgpu backend of this device, or [`Error::NotWgpu`] naming `op`.
-    fn try_wgpu(&self, op: &'static str) -> Result<&dyn WgpuOnly> {
-        self.inner.backend.wgpu().ok_or_else(|| Error::NotWgpu { op, device: self.inner.backend.name() })
     }
 
     /// The process-wide device, opened on first use: a hardware GPU (discrete before integrated) when there is one,
@@ -199,11 +192,17 @@ impl Device {
         }
     }
 
-    /// The file where this device keeps compiled pipelines between processes (`LAZOR_CACHE_DIR`), or `None` where
-    /// it keeps none: the CPU backend, an adapter without `wgpu::Features::PIPELINE_CACHE` (only Vulkan has it),
-    /// or `LAZOR_CACHE_DIR` set empty.
-    pub fn pipeline_cache_file(&self) -> Option<std::path::PathBuf> {
-        self.inner.backend.wgpu()?.pipeline_cache_file()
+    /// The wgpu side of this device: its wgpu device and queue, the submit queue's depth, the kernel features it
+    /// may use (subgroups, native f16, tensor cores), its pipeline cache on disk. `None` on the CPU backend, which
+    /// has none of them.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let dev = lazor::Device::default();
+    /// let tensor_cores = dev.wgpu().is_some_and(|gpu| gpu.tensor_cores());
+    /// ```
+    pub fn wgpu(&self) -> Option<WgpuDevice<'_>> {
+        WgpuDevice::of(&self.inner.backend)
     }
 
     /// A human-readable name of the device and its backend, e.g. "NVIDIA H200 (Vulkan)".
@@ -211,73 +210,15 @@ impl Device {
         self.inner.backend.name()
     }
 
-    /// The underlying wgpu device, for interop (custom kernels, measuring the device's own copy rate) next to
-    /// lazor's work. lazor's tensors and buffers stay private. Do not keep a clone past this `Device`'s drop: the
-    /// wgpu device then serves the next `Device` opened on the adapter.
-    ///
-    /// # Panics
-    /// If the device is not a wgpu device (the CPU backend); [`Device::try_wgpu_device`] returns an error instead.
-    #[track_caller]
-    pub fn wgpu_device(&self) -> &wgpu::Device {
-        &self.wgpu("wgpu_device").gpu().device
-    }
-
-    /// [`Device::wgpu_device`], or an error on a device that is not a wgpu device.
-    ///
-    /// # Errors
-    /// [`Error::NotWgpu`] on the CPU backend.
-    pub fn try_wgpu_device(&self) -> Result<&wgpu::Device> {
-        Ok(&self.try_wgpu("wgpu_device")?.gpu().device)
-    }
-
-    /// The underlying wgpu queue: what lazor submits to, in order with anything submitted here. Getting it submits
-    /// the realizes lazor holds back (see [`Device::flush`]), so work submitted through it runs after every realize
-    /// made before this call; call [`Device::flush`] again before submitting work that must follow later realizes.
-    ///
-    /// # Panics
-    /// If the device is not a wgpu device (the CPU backend); [`Device::try_wgpu_queue`] returns an error instead.
-    #[track_caller]
-    pub fn wgpu_queue(&self) -> &wgpu::Queue {
-        let wgpu = self.wgpu("wgpu_queue");
-        self.inner.backend.flush_all();
-        &wgpu.gpu().queue
-    }
-
-    /// [`Device::wgpu_queue`], or an error on a device that is not a wgpu device.
-    ///
-    /// # Errors
-    /// [`Error::NotWgpu`] on the CPU backend.
-    pub fn try_wgpu_queue(&self) -> Result<&wgpu::Queue> {
-        let wgpu = self.try_wgpu("wgpu_queue")?;
-        self.inner.backend.flush_all();
-        Ok(&wgpu.gpu().queue)
-    }
-
     /// Submits the realizes this device holds back. While the GPU has work in flight, a wgpu device records later
     /// realizes into one open batch instead of submitting each: every submit costs the GPU idle time and the host
     /// time. A thread of the device's own submits the batch once the queue has room (see
-    /// [`set_queue_depth`](Device::set_queue_depth)), with everything made meanwhile. Reads and
+    /// [`WgpuDevice::set_queue_depth`]), with everything made meanwhile. Reads and
     /// [`synchronize`](Device::synchronize) flush by themselves; call this before submitting work of your own
-    /// through [`wgpu_queue`](Device::wgpu_queue) that must follow lazor's. Nothing to do on the CPU backend, which
+    /// through [`WgpuDevice::queue`] that must follow lazor's. Nothing to do on the CPU backend, which
     /// runs each realize when it is made.
     pub fn flush(&self) {
         self.inner.backend.flush_all();
-    }
-
-    /// Sets how many submits the device's submit thread keeps in flight (the default is 2, or
-    /// `LAZOR_QUEUE_DEPTH`); a realize onto an idle GPU is submitted at once at any depth but 0. With more than one,
-    /// a held batch is queued behind a running submit once it holds twice as many realizes. 0 holds every
-    /// realize back until a read, `synchronize`, `flush`, or a batch of 64 realizes: the fewest submits, for
-    /// programs that realize many small results and then read them. No effect on the CPU backend.
-    pub fn set_queue_depth(&self, depth: usize) {
-        if let Some(w) = self.inner.backend.wgpu() {
-            w.set_queue_depth(depth);
-        }
-    }
-
-    /// How many submits the submit thread keeps in flight (0 on the CPU backend, which holds nothing back).
-    pub fn queue_depth(&self) -> usize {
-        self.inner.backend.wgpu().map_or(0, |w| w.queue_depth())
     }
 
     /// Turns fusion on (the default) or off (one kernel per op, as with `LAZOR_NOFUSE=1`) for later realizes.
@@ -285,11 +226,11 @@ impl Device {
         self.inner.set_fusion(on);
     }
 
-    /// Runs kernels that neither read nor write what another writes in one dispatch, two at a time, each on its
-    /// own range of workgroups (`LAZOR_GROUP=1`), or each in a dispatch of its own (the default). Matrix products
-    /// always run alone. Fewer dispatches cost fewer launches: on the H200, 64 small independent folds or maps
-    /// ran 7-14% faster grouped, while nanoGPT's training step ran 0.8% slower in 22% fewer dispatches
-    /// (docs/BENCHMARKS.md, "Grouped dispatches"), hence off by default. Tests run both.
+    /// Runs kernels that neither read nor write what another writes in one dispatch, two at a time, each on its own
+    /// range of workgroups (`LAZOR_GROUP=1`), or each in a dispatch of its own (the default). Matrix products always
+    /// run alone. Fewer dispatches cost fewer launches: many small independent folds or maps ran faster grouped, while
+    /// nanoGPT's training step ran slightly slower in fewer dispatches (docs/BENCHMARKS.md, "Grouped dispatches"),
+    /// hence off by default. Tests run both.
     pub fn set_grouping(&self, on: bool) {
         self.inner.set_grouping(on);
     }
@@ -297,49 +238,6 @@ impl Device {
     /// Whether independent kernels share dispatches ([`Device::set_grouping`]).
     pub fn grouping(&self) -> bool {
         self.inner.grouping()
-    }
-
-    /// Lets generated kernels use subgroup operations where the device has them (the default, unless
-    /// `LAZOR_NO_SUBGROUPS=1`), or keeps them on the workgroup-memory path. Both give the same answers to within
-    /// rounding; tests run both. No effect on the CPU backend, which has no subgroups.
-    pub fn set_subgroups(&self, on: bool) {
-        if let Some(w) = self.inner.backend.wgpu() {
-            w.set_subgroups(on);
-        }
-    }
-
-    /// Whether generated kernels use subgroup operations.
-    pub fn subgroups(&self) -> bool {
-        self.inner.backend.wgpu().is_some_and(|w| w.subgroups())
-    }
-
-    /// Binds f16 buffers natively (`wgpu::Features::SHADER_F16`, where the adapter has it) or, with `false`, packed
-    /// two to a 32-bit word as on adapters without it (also `LAZOR_NO_F16=1`). Both give the same bits. No effect on the
-    /// CPU backend, which stores every type in its own bits.
-    pub fn set_native_f16(&self, on: bool) {
-        if let Some(w) = self.inner.backend.wgpu() {
-            w.set_native_f16(on);
-        }
-    }
-
-    /// Whether f16 buffers are bound natively.
-    pub fn native_f16(&self) -> bool {
-        self.inner.backend.wgpu().is_some_and(|w| w.native_f16())
-    }
-
-    /// Runs f16 x f16 matmuls on the tensor cores, through `wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX`, where
-    /// the adapter offers a 16 x 16 x 16 f16 shape accumulating in f32 (the default, unless `LAZOR_NO_COOP=1`), or,
-    /// with `false`, on the tiled kernel every adapter runs. Both accumulate in f32 and round once; they differ only
-    /// in the order of the sums. No effect on the CPU backend.
-    pub fn set_tensor_cores(&self, on: bool) {
-        if let Some(w) = self.inner.backend.wgpu() {
-            w.set_tensor_cores(on);
-        }
-    }
-
-    /// Whether f16 matmuls run on the tensor cores (false where the device has none, and on the CPU backend).
-    pub fn tensor_cores(&self) -> bool {
-        self.inner.backend.wgpu().is_some_and(|w| w.tensor_cores())
     }
 
     /// Whether later realizes fuse.
@@ -370,7 +268,7 @@ impl Device {
         self.inner.backend.max_buffer_bytes()
     }
 
-    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, EngineState> {
         self.inner.state()
     }
 
@@ -389,6 +287,11 @@ impl Device {
         self.inner.read_with(id, f)
     }
 
+    /// Realizes node `id` and copies its words into `out` (as long as the node), on all cores when large.
+    pub(crate) fn read_into(&self, id: NodeId, out: &mut [u32]) -> Result<()> {
+        self.inner.read_with(id, &mut |words| crate::backend::copy::copy(out, &words[..out.len()]))
+    }
+
     /// Realizes `ids` in one job and reads them back without blocking the caller's thread on the device.
     pub(crate) async fn read_async(&self, ids: &[NodeId]) -> Result<Vec<Vec<u32>>> {
         self.inner.read_async(ids).await
@@ -400,7 +303,7 @@ impl Device {
     }
 
     /// Gives buffers of freed nodes back to the backend.
-    pub(crate) fn free(&self, stats: &mut Stats, freed: Vec<crate::graph::BufferKey>) {
+    pub(crate) fn free(&self, stats: &mut Stats, freed: Vec<crate::buffer::BufferKey>) {
         self.inner.free(stats, freed)
     }
 

@@ -1,7 +1,8 @@
 //! The per-device expression graph: nodes in a slotmap, reference counts, and freeing what nothing needs.
 //!
-//! Nothing here touches wgpu: a realized node names its buffer by a [`BufferKey`] that the runtime resolves.
+//! Nothing here touches wgpu: a realized node names its buffer by a [`BufferKey`] that the backend resolves.
 
+use crate::buffer::BufferKey;
 use crate::dtype::DType;
 use crate::hash::FastMap;
 use crate::op::{BinaryOp, ReduceOp, Tri, UnaryOp};
@@ -13,13 +14,11 @@ use smallvec::SmallVec;
 new_key_type! {
     /// A node of a device's graph.
     pub struct NodeId;
-    /// A device buffer owned by the runtime's pool; the graph only stores the key.
-    pub struct BufferKey;
 }
 
 /// What a node computes.
 #[derive(Debug)]
-pub enum Op {
+pub enum NodeOp {
     /// Host data not yet uploaded, as the buffer's words (see [`DType::encode`]); replaced by `Buffer` on the first
     /// realize that needs it.
     Data(Vec<u32>),
@@ -58,37 +57,45 @@ pub enum Op {
     Gather(NodeId, NodeId, usize),
 }
 
-impl Op {
+impl NodeOp {
     /// The nodes this op reads.
     pub fn inputs(&self) -> SmallVec<[NodeId; 4]> {
         match self {
-            Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer => SmallVec::new(),
-            Op::Unary(_, a) | Op::Cast(a) | Op::View(_, a) | Op::Contiguous(a) | Op::Reduce(_, a, _) => {
+            NodeOp::Data(_) | NodeOp::Const(_) | NodeOp::Arange | NodeOp::Buffer => SmallVec::new(),
+            NodeOp::Unary(_, a)
+            | NodeOp::Cast(a)
+            | NodeOp::View(_, a)
+            | NodeOp::Contiguous(a)
+            | NodeOp::Reduce(_, a, _) => {
                 smallvec::smallvec![*a]
             }
-            Op::Where(c, a, b) => smallvec::smallvec![*c, *a, *b],
-            Op::Binary(_, a, b) | Op::Matmul(a, b, _) | Op::Random(_, a, b) | Op::Gather(a, b, _) => {
+            NodeOp::Where(c, a, b) => smallvec::smallvec![*c, *a, *b],
+            NodeOp::Binary(_, a, b) | NodeOp::Matmul(a, b, _) | NodeOp::Random(_, a, b) | NodeOp::Gather(a, b, _) => {
                 smallvec::smallvec![*a, *b]
             }
-            Op::Cat(parts, _) => parts.clone(),
+            NodeOp::Cat(parts, _) => parts.clone(),
         }
     }
 
     /// Calls `f` on each node this op reads, in place (a `Var`'s old value moved to a node of its own).
     pub fn for_each_input_mut(&mut self, mut f: impl FnMut(&mut NodeId)) {
         match self {
-            Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer => {}
-            Op::Unary(_, a) | Op::Cast(a) | Op::View(_, a) | Op::Contiguous(a) | Op::Reduce(_, a, _) => f(a),
-            Op::Where(c, a, b) => {
+            NodeOp::Data(_) | NodeOp::Const(_) | NodeOp::Arange | NodeOp::Buffer => {}
+            NodeOp::Unary(_, a)
+            | NodeOp::Cast(a)
+            | NodeOp::View(_, a)
+            | NodeOp::Contiguous(a)
+            | NodeOp::Reduce(_, a, _) => f(a),
+            NodeOp::Where(c, a, b) => {
                 f(c);
                 f(a);
                 f(b);
             }
-            Op::Binary(_, a, b) | Op::Matmul(a, b, _) | Op::Random(_, a, b) | Op::Gather(a, b, _) => {
+            NodeOp::Binary(_, a, b) | NodeOp::Matmul(a, b, _) | NodeOp::Random(_, a, b) | NodeOp::Gather(a, b, _) => {
                 f(a);
                 f(b);
             }
-            Op::Cat(parts, _) => parts.iter_mut().for_each(f),
+            NodeOp::Cat(parts, _) => parts.iter_mut().for_each(f),
         }
     }
 
@@ -99,39 +106,39 @@ impl Op {
     pub fn signature(&self, out: &mut Vec<u64>) {
         let tag = |n: u64, out: &mut Vec<u64>| out.push(n << 56);
         match self {
-            Op::Data(_) => tag(0, out),
-            Op::Const(_) => tag(1, out),
-            Op::Arange => tag(2, out),
-            Op::Buffer => tag(3, out),
-            Op::Unary(op, _) => out.push(4 << 56 | *op as u64),
-            Op::Binary(op, ..) => out.push(5 << 56 | *op as u64),
-            Op::Cast(_) => tag(6, out),
-            Op::Where(..) => tag(7, out),
-            Op::View(v, _) => {
+            NodeOp::Data(_) => tag(0, out),
+            NodeOp::Const(_) => tag(1, out),
+            NodeOp::Arange => tag(2, out),
+            NodeOp::Buffer => tag(3, out),
+            NodeOp::Unary(op, _) => out.push(4 << 56 | *op as u64),
+            NodeOp::Binary(op, ..) => out.push(5 << 56 | *op as u64),
+            NodeOp::Cast(_) => tag(6, out),
+            NodeOp::Where(..) => tag(7, out),
+            NodeOp::View(v, _) => {
                 out.push(8 << 56 | v.shape.ndim() as u64);
                 out.extend(v.shape.dims().iter().map(|&d| d as u64));
                 out.extend(v.strides.iter().map(|&s| s as u64));
                 out.push(v.offset as u64);
             }
-            Op::Cat(parts, axis) => out.extend([9 << 56 | parts.len() as u64, *axis as u64]),
-            Op::Contiguous(_) => tag(10, out),
-            Op::Reduce(op, _, axis) => out.extend([11 << 56 | *op as u64, *axis as u64]),
-            Op::Matmul(_, _, tri) => out.push(12 << 56 | *tri as u64),
-            Op::Random(d, ..) => out.push(13 << 56 | *d as u64),
-            Op::Gather(_, _, axis) => out.extend([14 << 56, *axis as u64]),
+            NodeOp::Cat(parts, axis) => out.extend([9 << 56 | parts.len() as u64, *axis as u64]),
+            NodeOp::Contiguous(_) => tag(10, out),
+            NodeOp::Reduce(op, _, axis) => out.extend([11 << 56 | *op as u64, *axis as u64]),
+            NodeOp::Matmul(_, _, tri) => out.push(12 << 56 | *tri as u64),
+            NodeOp::Random(d, ..) => out.push(13 << 56 | *d as u64),
+            NodeOp::Gather(_, _, axis) => out.extend([14 << 56, *axis as u64]),
         }
     }
 
     /// Whether the op is evaluated inside a kernel (as opposed to being a buffer or a constant).
     pub fn is_compute(&self) -> bool {
-        !matches!(self, Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer)
+        !matches!(self, NodeOp::Data(_) | NodeOp::Const(_) | NodeOp::Arange | NodeOp::Buffer)
     }
 }
 
 /// One node: an op, its result's shape and type, and who still needs it.
 #[derive(Debug)]
 pub struct Node {
-    pub op: Op,
+    pub op: NodeOp,
     pub shape: Shape,
     pub dtype: DType,
     /// Tensor handles plus consumer nodes that refer to this node. At 0 the node is freed.
@@ -152,9 +159,9 @@ pub struct Graph {
 
 impl Graph {
     /// Adds a node with one reference (the handle being created) and takes a reference on each input.
-    pub fn add(&mut self, op: Op, shape: Shape, dtype: DType) -> NodeId {
+    pub fn add(&mut self, op: NodeOp, shape: Shape, dtype: DType) -> NodeId {
         let fold = match op {
-            Op::Reduce(r, x, axis) => Some((r, x, axis)),
+            NodeOp::Reduce(r, x, axis) => Some((r, x, axis)),
             _ => None,
         };
         if let Some(&id) = fold.as_ref().and_then(|key| self.folds.get(key)) {
@@ -185,7 +192,7 @@ impl Graph {
     pub fn contiguous_along(&self, id: NodeId, axis: usize) -> bool {
         let node = self.node(id);
         match &node.op {
-            Op::View(v, _) => v.strides[axis].abs() == 1 || node.shape.dims()[axis] == 1,
+            NodeOp::View(v, _) => v.strides[axis].abs() == 1 || node.shape.dims()[axis] == 1,
             _ => axis + 1 == node.shape.ndim(),
         }
     }
@@ -197,7 +204,7 @@ impl Graph {
         let node = self.node(id);
         let nd = node.shape.ndim();
         match &node.op {
-            Op::View(v, _) if nd >= 2 && node.shape.dims()[nd - 2] > 1 => {
+            NodeOp::View(v, _) if nd >= 2 && node.shape.dims()[nd - 2] > 1 => {
                 v.strides[nd - 2].abs() == 1 && !matches!(v.strides[nd - 1].abs(), 0 | 1)
             }
             _ => false,
@@ -233,7 +240,7 @@ impl Graph {
     pub fn assign(&mut self, v: NodeId, x: NodeId, freed: &mut Vec<BufferKey>) -> bool {
         let readers: Vec<NodeId> =
             self.nodes.iter().filter(|(_, n)| n.op.inputs().contains(&v)).map(|(id, _)| id).collect();
-        let old_op = std::mem::replace(&mut self.nodes[v].op, Op::Buffer);
+        let old_op = std::mem::replace(&mut self.nodes[v].op, NodeOp::Buffer);
         let old_buffer = self.nodes[v].buffer.take();
         if readers.is_empty() {
             freed.extend(old_buffer);
@@ -261,12 +268,12 @@ impl Graph {
                 self.nodes[v].refs -= moved;
             }
         }
-        let stolen = self.nodes[x].refs == 1 && matches!(self.nodes[x].op, Op::Buffer);
+        let stolen = self.nodes[x].refs == 1 && matches!(self.nodes[x].op, NodeOp::Buffer);
         if stolen {
             self.nodes[v].buffer = self.nodes[x].buffer.take();
         } else {
             self.nodes[x].refs += 1;
-            self.nodes[v].op = Op::Contiguous(x);
+            self.nodes[v].op = NodeOp::Contiguous(x);
         }
         !stolen
     }
@@ -304,7 +311,7 @@ impl Graph {
     /// which frees whatever only it needed.
     pub fn set_realized(&mut self, id: NodeId, buffer: Option<BufferKey>, freed: &mut Vec<BufferKey>) {
         let node = &mut self.nodes[id];
-        let old = std::mem::replace(&mut node.op, Op::Buffer);
+        let old = std::mem::replace(&mut node.op, NodeOp::Buffer);
         node.buffer = buffer;
         for input in old.inputs() {
             self.release(input, freed);
@@ -317,7 +324,7 @@ mod tests {
     use super::*;
 
     fn leaf(g: &mut Graph, n: usize) -> NodeId {
-        g.add(Op::Data(vec![0; n]), Shape::from([n]), DType::F32)
+        g.add(NodeOp::Data(vec![0; n]), Shape::from([n]), DType::F32)
     }
 
     #[test]
@@ -326,7 +333,7 @@ mod tests {
         let a = leaf(&mut g, 4);
         let mut x = a;
         for _ in 0..100_000 {
-            let y = g.add(Op::Unary(UnaryOp::Exp, x), Shape::from([4]), DType::F32);
+            let y = g.add(NodeOp::Unary(UnaryOp::Exp, x), Shape::from([4]), DType::F32);
             if x != a {
                 g.release(x, &mut Vec::new());
             }
@@ -344,8 +351,8 @@ mod tests {
         let mut g = Graph::default();
         let v = leaf(&mut g, 2);
         let x = leaf(&mut g, 2);
-        let reader = g.add(Op::Unary(UnaryOp::Exp, v), Shape::from([2]), DType::F32);
-        let fold = g.add(Op::Reduce(ReduceOp::Sum, v, 0), Shape::from([1]), DType::F32);
+        let reader = g.add(NodeOp::Unary(UnaryOp::Exp, v), Shape::from([2]), DType::F32);
+        let fold = g.add(NodeOp::Reduce(ReduceOp::Sum, v, 0), Shape::from([1]), DType::F32);
         let mut keys: SlotMap<BufferKey, ()> = SlotMap::with_key();
         let (old, new) = (keys.insert(()), keys.insert(()));
         g.set_realized(v, Some(old), &mut Vec::new());
@@ -354,13 +361,13 @@ mod tests {
         assert!(!g.assign(v, x, &mut freed), "x has one handle: its buffer moves, no copy");
         assert!(freed.is_empty(), "the readers still need the old buffer");
         assert_eq!(g.node(v).buffer, Some(new));
-        let Op::Unary(_, moved) = g.node(reader).op else { panic!() };
+        let NodeOp::Unary(_, moved) = g.node(reader).op else { panic!() };
         assert!(moved != v && g.node(moved).buffer == Some(old));
         assert_eq!(g.refs(v), 1, "only the handle");
         // The fold of the old value is found under its new input, not under `v`.
-        let again = g.add(Op::Reduce(ReduceOp::Sum, moved, 0), Shape::from([1]), DType::F32);
+        let again = g.add(NodeOp::Reduce(ReduceOp::Sum, moved, 0), Shape::from([1]), DType::F32);
         assert_eq!(again, fold);
-        let fresh = g.add(Op::Reduce(ReduceOp::Sum, v, 0), Shape::from([1]), DType::F32);
+        let fresh = g.add(NodeOp::Reduce(ReduceOp::Sum, v, 0), Shape::from([1]), DType::F32);
         assert_ne!(fresh, fold);
         // Shared: `v` becomes a copy to realize; with no reader left, the old buffer is freed.
         let y = leaf(&mut g, 2);
@@ -370,49 +377,49 @@ mod tests {
         }
         assert!(g.assign(v, y, &mut freed));
         assert_eq!(freed, vec![new]);
-        assert!(matches!(g.node(v).op, Op::Contiguous(src) if src == y));
+        assert!(matches!(g.node(v).op, NodeOp::Contiguous(src) if src == y));
     }
 
     #[test]
     fn realizing_drops_inputs() {
         let mut g = Graph::default();
         let a = leaf(&mut g, 2);
-        let b = g.add(Op::Unary(UnaryOp::Neg, a), Shape::from([2]), DType::F32);
+        let b = g.add(NodeOp::Unary(UnaryOp::Neg, a), Shape::from([2]), DType::F32);
         g.release(a, &mut Vec::new()); // the user dropped `a`; `b` keeps it alive
         assert_eq!(g.len(), 2);
         g.set_realized(b, None, &mut Vec::new());
         assert_eq!(g.len(), 1);
-        assert!(matches!(g.node(b).op, Op::Buffer));
+        assert!(matches!(g.node(b).op, NodeOp::Buffer));
     }
 }
 
 /// Graph builders for unit tests of the schedule and the backends (f32 nodes, shapes by NumPy's rule).
 #[cfg(test)]
 pub(crate) mod build {
-    use super::{Graph, NodeId, Op};
+    use super::{Graph, NodeId, NodeOp};
     use crate::dtype::DType;
     use crate::op::{BinaryOp, ReduceOp, UnaryOp};
     use crate::shape::Shape;
 
     pub fn data(g: &mut Graph, shape: &[usize]) -> NodeId {
         let s = Shape::from(shape);
-        g.add(Op::Data(vec![0; s.numel()]), s, DType::F32)
+        g.add(NodeOp::Data(vec![0; s.numel()]), s, DType::F32)
     }
     pub fn bin(g: &mut Graph, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
         let s = g.node(a).shape.broadcast(&g.node(b).shape).unwrap();
-        g.add(Op::Binary(op, a, b), s, DType::F32)
+        g.add(NodeOp::Binary(op, a, b), s, DType::F32)
     }
     pub fn un(g: &mut Graph, op: UnaryOp, a: NodeId) -> NodeId {
         let s = g.node(a).shape.clone();
-        g.add(Op::Unary(op, a), s, DType::F32)
+        g.add(NodeOp::Unary(op, a), s, DType::F32)
     }
     pub fn scalar(g: &mut Graph, v: f32) -> NodeId {
-        g.add(Op::Const(v.to_bits()), Shape::from([]), DType::F32)
+        g.add(NodeOp::Const(v.to_bits()), Shape::from([]), DType::F32)
     }
     /// `op` over `axis`, kept with extent 1.
     pub fn fold(g: &mut Graph, op: ReduceOp, a: NodeId, axis: usize) -> NodeId {
         let mut dims = g.node(a).shape.dims().to_vec();
         dims[axis] = 1;
-        g.add(Op::Reduce(op, a, axis), Shape::from(dims.as_slice()), DType::F32)
+        g.add(NodeOp::Reduce(op, a, axis), Shape::from(dims.as_slice()), DType::F32)
     }
 }

@@ -1,8 +1,9 @@
 //! The hash maps of lazor's own bookkeeping: a multiply-rotate hasher instead of SipHash.
 
-// Every realize hashes node ids, views and kernel keys while it plans and looks up pipelines; SipHash's
-// resistance to chosen keys buys nothing for keys lazor makes itself, and sampling a loop of layer norms on the
-// H200 found a fifth of the host's time in it. A fixed hasher also makes iteration order the same on every run.
+// Every realize hashes node ids, views and kernel keys while it plans and looks up pipelines; SipHash's resistance to
+// chosen keys buys nothing for keys lazor makes itself, and sampling a loop of layer norms found a large share of the
+// host's time in it (figures: docs/notes/source-measurements.md, `src/hash.rs`). A fixed hasher also makes iteration
+// order the same on every run.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};

@@ -1,5 +1,5 @@
-//! The kernel IR: what one dispatch computes, as the scheduler hands it to a backend. No wgpu, and no graph nodes
-//! but [`Kernel::consts`], which only the scheduler reads.
+//! The kernel IR: what one dispatch computes, as the scheduler hands it to a backend. No wgpu, and no graph nodes:
+//! buffers are slots of the plan, constants are parameters.
 //!
 //! Buffers are named by *slots* of the plan's buffer table, so a backend runs kernels without reading the graph.
 //! Sizes, strides, offsets and constants live in the kernel's parameter block; the instructions only index it, so
@@ -88,8 +88,8 @@ pub struct Thin {
     /// Whether a team of [`THIN_TEAM`] threads per wide output walks k (the wide operand is contiguous along k);
     /// otherwise a thread per wide output walks all of k, neighbours reading neighbours.
     pub team: bool,
-    /// Outputs along the narrow side: a constant of the kernel, so that every loop over them unrolls and the sums
-    /// stay in registers (with a run-time bound, NVIDIA's compiler kept them in memory: 2.1 TFLOP/s on the H200).
+    /// Outputs along the narrow side: a constant of the kernel, so that every loop over them unrolls and the sums stay
+    /// in registers (with a run-time bound, NVIDIA's compiler kept them in memory and the kernel ran far slower).
     pub narrow: u8,
 }
 
@@ -101,12 +101,12 @@ pub const THIN_TEAM: usize = 32;
 pub const THIN_SLAB: usize = 256;
 
 impl Thin {
-    /// The layout of an `m x n` product with at most [`THIN_SIDE`] outputs along a side, given `contiguous(a,
-    /// last)`: whether operand A (else B) is contiguous along its last axis (else its second last). The narrow side
-    /// is the columns where `n` is the smaller; the other operand is the wide one. `None` where the wide operand is
-    /// contiguous along neither axis, and for a vector times a matrix walked by threads: with one narrow output a
-    /// fold reads the matrix once too, and on the H200 it did so faster (`[1, 4096] x [4096, 4096]`: 1551 GB/s,
-    /// against 1326 for the thin kernel on slices of k). The scheduler and `Tensor::matmul`'s cut of k both ask.
+    /// The layout of an `m x n` product with at most [`THIN_SIDE`] outputs along a side, given `contiguous(a, last)`:
+    /// whether operand A (else B) is contiguous along its last axis (else its second last). The narrow side is the
+    /// columns where `n` is the smaller; the other operand is the wide one. `None` where the wide operand is contiguous
+    /// along neither axis, and for a vector times a matrix walked by threads: with one narrow output a fold reads the
+    /// matrix once too, and did so faster than the thin kernel on slices of k (`[1, 4096] x [4096, 4096]`; figures:
+    /// docs/notes/source-measurements.md, `src/kernel.rs`). The scheduler and `Tensor::matmul`'s cut of k both ask.
     pub fn choose(m: usize, n: usize, contiguous: impl Fn(bool, bool) -> bool) -> Option<Thin> {
         let columns = n <= THIN_SIDE && m > n;
         // A's k axis is its last, B's its second last.
@@ -176,17 +176,17 @@ pub struct MatmulTiles {
     /// saves: docs/matmul.md).
     pub deep: MatmulTile,
     /// Every triangular product's ([`Tri`]): small and square, so that more of its blocks lie wholly outside the
-    /// triangle and are skipped. Causal attention's `[256, 256]` scores keep 10 of 16 such blocks against 3 of 4
-    /// large ones, and its `[256, 64]` products with a masked A walk 5/8 of k against 3/4 on tall tiles; on the H200
-    /// they ran 10% and 8% faster for it, though each block alone is slower (docs/matmul.md).
+    /// triangle and are skipped. Causal attention's `[256, 256]` scores keep 10 of 16 such blocks against 3 of 4 large
+    /// ones, and its `[256, 64]` products with a masked A walk 5/8 of k against 3/4 on tall tiles; they ran faster for
+    /// it, though each block alone is slower (docs/matmul.md).
     pub tri: MatmulTile,
     pub min_large_groups: usize,
 }
 
 impl MatmulTiles {
-    /// The table tuned on the H200 by `bench shapes` (docs/matmul.md): 256 large workgroups are about two per
-    /// compute unit of its 132, and a training step's [4096 x 1024] outputs (exactly 256 large tiles) ran 10-14%
-    /// faster on them than on 1024 smaller ones.
+    /// The table tuned by `bench shapes` on a GPU of 132 compute units (docs/matmul.md): 256 large workgroups are about
+    /// two per compute unit, and a training step's [4096 x 1024] outputs (exactly 256 large tiles) ran faster on them
+    /// than on 1024 smaller ones (figures: docs/notes/source-measurements.md, `src/kernel.rs`).
     pub const TUNED: MatmulTiles = MatmulTiles {
         large: MatmulTile { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 },
         small: MatmulTile { bm: 64, bn: 128, bk: 16, tm: 4, tn: 8 },
@@ -391,9 +391,10 @@ pub struct Kernel {
     /// The parameter block, as `u32` words: `numel` first, then whatever the instructions index. Values, not
     /// structure: a new size, offset or constant changes these and compiles nothing.
     pub params: Vec<u32>,
-    /// The parameters that hold a graph constant's value, each with the constant's node: the plan cache writes
-    /// another realize's constants there when it reuses the plan. Backends ignore it.
-    pub consts: Vec<(usize, crate::graph::NodeId)>,
+    /// The parameters that hold a constant of the realize, each with the constant's place in the realize's order
+    /// of nodes: the plan cache writes another realize's constants there when it reuses the plan. Backends ignore
+    /// it.
+    pub consts: Vec<(usize, u32)>,
     /// Where the kernel's extents start in `params`, when the body needs per-axis coordinates (a strided load or a
     /// concatenation).
     pub dims_at: Option<usize>,
@@ -424,7 +425,7 @@ pub struct Kernel {
     pub store_view: Option<usize>,
     /// Graph ops this kernel computes, for debugging output.
     pub fused_ops: usize,
-    /// Whether this kernel runs in one dispatch with the kernel before it (`schedule/group.rs`): the two neither
+    /// Whether this kernel runs in one dispatch with the kernel before it (`schedule/dispatch.rs`): the two neither
     /// read nor write what the other writes, so a GPU runs them side by side, each on its own range of
     /// workgroups. A backend that runs kernels one by one may ignore it.
     pub joins: bool,
@@ -533,7 +534,7 @@ impl Kernel {
 
     /// Bytes of workgroup memory its WGSL declares, at most; `None` for a product that may run on tensor cores
     /// (both operands f16), whose kernel the backend picks by its adapter. Grouped kernels
-    /// (`schedule/group.rs`) share a workgroup's memory limit.
+    /// (`schedule/dispatch.rs`) share a workgroup's memory limit.
     pub fn workgroup_bytes(&self) -> Option<u32> {
         let f32s = |n: usize| n as u32 * 4;
         Some(match self.kind {

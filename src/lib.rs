@@ -38,6 +38,7 @@ mod schedule;
 // The backends: the CPU interpreter of the IR, and wgpu (WGSL generation, then run).
 mod backend;
 // The ground floor.
+mod buffer;
 mod dtype;
 mod env;
 mod error;
@@ -52,6 +53,7 @@ mod view;
 pub mod reference;
 
 pub use autograd::{no_grad, Grads, Var};
+pub use backend::wgpu::WgpuDevice;
 pub use device::Device;
 pub use dtype::DType;
 pub use error::{Error, Result};

@@ -65,9 +65,9 @@ helpers! {
 }
 
 /// The GELU tanh approximation `0.5 x (1 + tanh(c (x + k x^3)))` (`c = sqrt(2 / pi)`, `k = 0.044715`) written as
-/// `x sigmoid(2 c x + 2 c k x^3)`, the same function: `GELU_2C` is `2 c`, `GELU_2CK` is `2 c k`. The tanh form
-/// in a matmul's epilogue ran the product at 2.3 TFLOP/s on the H200 (NVIDIA 580), this one at 26.8, as fast as
-/// the bare product (`x [16384, 384] w^T [384, 1536]`).
+/// `x sigmoid(2 c x + 2 c k x^3)`, the same function: `GELU_2C` is `2 c`, `GELU_2CK` is `2 c k`. The tanh form in a
+/// matmul's epilogue made the product far slower under NVIDIA's compiler (580); this one runs it as fast as the bare
+/// product (`x [16384, 384] w^T [384, 1536]`; figures: docs/notes/source-measurements.md, `src/op.rs`).
 pub(crate) const GELU_2C: f32 = 1.595_769_2;
 pub(crate) const GELU_2CK: f32 = 0.071_354_82;
 

@@ -3,8 +3,9 @@
 //! and prints the `LAZOR_DEBUG` lines. `Device` is a handle on an engine.
 
 use crate::backend::{Backends, Data, Job, JobBuffer, ReadId};
+use crate::buffer::BufferKey;
 use crate::error::{Error, Result};
-use crate::graph::{BufferKey, Graph, NodeId, Op};
+use crate::graph::{Graph, NodeId, NodeOp};
 use crate::profile::Stats;
 use crate::schedule::{Options, Plan, PlanCache, Source};
 use std::future::Future;
@@ -16,7 +17,7 @@ use std::time::Instant;
 
 /// A device's graph and counters, behind one lock: realizes on one device run one at a time.
 #[derive(Default)]
-pub(crate) struct State {
+pub(crate) struct EngineState {
     pub graph: Graph,
     pub stats: Stats,
     pub plans: PlanCache,
@@ -28,7 +29,7 @@ pub(crate) struct State {
 /// run one at a time), and the knobs the scheduler reads.
 pub(crate) struct Engine {
     pub backend: Backends,
-    state: Mutex<State>,
+    state: Mutex<EngineState>,
     fuse: AtomicBool,
     group: AtomicBool,
     /// `LAZOR_MAX_FUSED_OPS`, read once.
@@ -43,7 +44,7 @@ impl Engine {
     pub(crate) fn new(backend: Backends) -> Engine {
         Engine {
             backend,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(EngineState::default()),
             fuse: AtomicBool::new(!crate::env::nofuse()),
             group: AtomicBool::new(crate::env::group()),
             max_ops: crate::env::max_fused_ops(),
@@ -51,7 +52,7 @@ impl Engine {
         }
     }
 
-    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, EngineState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -153,7 +154,7 @@ impl Engine {
         let debug = self.debug;
         let opts = self.schedule_options();
         let mut guard = self.state();
-        let State { graph, stats, plans, profile } = &mut *guard;
+        let EngineState { graph, stats, plans, profile } = &mut *guard;
         if let Some(dir) = crate::env::viz_dir() {
             write_viz(dir, stats.realizes, &crate::schedule::dot::graph_dot(graph, outputs, &opts));
         }
@@ -171,7 +172,7 @@ impl Engine {
                     data: match s.source {
                         Source::Existing(key) => Data::Existing(key),
                         Source::Upload => match &graph.node(s.node).op {
-                            Op::Data(values) => Data::Upload(values),
+                            NodeOp::Data(values) => Data::Upload(values),
                             _ => unreachable!("uploads are data"),
                         },
                         Source::Kernel | Source::Scratch => Data::Fresh,
@@ -297,19 +298,19 @@ impl Engine {
 
     /// Realizes `ids` in one job and reads them back without blocking the caller's thread on the device.
     pub(crate) async fn read_async(&self, ids: &[NodeId]) -> Result<Vec<Vec<u32>>> {
-        let mut pending = Pending { engine: self, tickets: self.run(ids, ids)? };
+        let mut pending = UncollectedReads { engine: self, tickets: self.run(ids, ids)? };
         ReadsDone { engine: self, tickets: &pending.tickets }.await?;
         self.collect(std::mem::take(&mut pending.tickets))
     }
 }
 
 /// Read-backs not yet collected: discarded if the future fails or is dropped, so no staging buffer stays behind.
-struct Pending<'a> {
+struct UncollectedReads<'a> {
     engine: &'a Engine,
     tickets: Vec<Option<ReadId>>,
 }
 
-impl Drop for Pending<'_> {
+impl Drop for UncollectedReads<'_> {
     fn drop(&mut self) {
         for id in self.tickets.drain(..).flatten() {
             self.engine.backend.discard_read(id);

@@ -2,7 +2,7 @@
 //! Rust, on lanes of each node's type. Tests check every backend against it.
 
 use crate::dtype::{Class, DType};
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{Graph, NodeId, NodeOp};
 use crate::op::{BinaryOp, ReduceOp, Tri, UnaryOp};
 use crate::schedule::toposort::toposort;
 use crate::shape::Shape;
@@ -148,7 +148,10 @@ pub fn eval_lanes(tensors: &[&Tensor]) -> Vec<Vec<u32>> {
     let roots: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
     let stored: Vec<NodeId> = {
         let state = device.state();
-        toposort(&state.graph, &roots).into_iter().filter(|&id| matches!(state.graph.node(id).op, Op::Buffer)).collect()
+        toposort(&state.graph, &roots)
+            .into_iter()
+            .filter(|&id| matches!(state.graph.node(id).op, NodeOp::Buffer))
+            .collect()
     };
     let read = if stored.is_empty() { Vec::new() } else { device.read(&stored).unwrap_or_else(|e| panic!("{e}")) };
     let state = device.state();
@@ -172,35 +175,35 @@ pub(crate) fn interpret(graph: &Graph, roots: &[NodeId], mut values: HashMap<Nod
         let (shape, dt) = (&node.shape, node.dtype);
         let operand = |x: &NodeId| broadcast(&values[x], &graph.node(*x).shape, shape);
         let v = match &node.op {
-            Op::Buffer => continue,
-            Op::Data(words) => dt.decode(words, shape.numel()),
-            Op::Const(c) => vec![*c; shape.numel()],
-            Op::Arange => (0..shape.numel() as u32).collect(),
-            Op::Random(d, lo, hi) => {
+            NodeOp::Buffer => continue,
+            NodeOp::Data(words) => dt.decode(words, shape.numel()),
+            NodeOp::Const(c) => vec![*c; shape.numel()],
+            NodeOp::Arange => (0..shape.numel() as u32).collect(),
+            NodeOp::Random(d, lo, hi) => {
                 let key = [values[lo][0], values[hi][0]];
                 (0..shape.numel() as u32).map(|i| crate::philox::sample(*d, i, key).to_bits()).collect()
             }
-            Op::Unary(op, a) => values[a].iter().map(|&x| op.eval_lane(dt, x)).collect(),
-            Op::Binary(op, a, b) => {
+            NodeOp::Unary(op, a) => values[a].iter().map(|&x| op.eval_lane(dt, x)).collect(),
+            NodeOp::Binary(op, a, b) => {
                 let operands = graph.node(*a).dtype;
                 operand(a).iter().zip(&operand(b)).map(|(&x, &y)| op.eval_lane(operands, x, y)).collect()
             }
-            Op::Cast(a) => values[a].iter().map(|&x| dt.cast_lane(graph.node(*a).dtype, x)).collect(),
-            Op::Where(c, a, b) => {
+            NodeOp::Cast(a) => values[a].iter().map(|&x| dt.cast_lane(graph.node(*a).dtype, x)).collect(),
+            NodeOp::Where(c, a, b) => {
                 let (c, a, b) = (operand(c), operand(a), operand(b));
                 c.iter().zip(a.iter().zip(&b)).map(|(&c, (&x, &y))| if c != 0 { x } else { y }).collect()
             }
-            Op::View(view, a) => gather(&values[a], view),
-            Op::Contiguous(a) => values[a].clone(),
-            Op::Reduce(op, a, axis) => reduce(&values[a], dt, &graph.node(*a).shape, *op, *axis),
-            Op::Matmul(a, b, tri) => {
+            NodeOp::View(view, a) => gather(&values[a], view),
+            NodeOp::Contiguous(a) => values[a].clone(),
+            NodeOp::Reduce(op, a, axis) => reduce(&values[a], dt, &graph.node(*a).shape, *op, *axis),
+            NodeOp::Matmul(a, b, tri) => {
                 matmul(&values[a], &values[b], &graph.node(*a).shape, &graph.node(*b).shape, dt, *tri)
             }
-            Op::Gather(src, index, axis) => {
+            NodeOp::Gather(src, index, axis) => {
                 let (sshape, itype) = (&graph.node(*src).shape, graph.node(*index).dtype);
                 gather_along(&values[src], sshape, &values[index], itype, shape, *axis)
             }
-            Op::Cat(parts, dim) => {
+            NodeOp::Cat(parts, dim) => {
                 let vals: Vec<&[u32]> = parts.iter().map(|p| values[p].as_slice()).collect();
                 let shapes: Vec<&Shape> = parts.iter().map(|p| &graph.node(*p).shape).collect();
                 concat(&vals, &shapes, *dim)

@@ -12,7 +12,6 @@ use crate::autograd::Var;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::{NodeId, Op};
 use crate::shape::Shape;
 use crate::tensor::Tensor;
 use ::safetensors::tensor::{Dtype, SafeTensorError, SafeTensors, View};
@@ -104,7 +103,7 @@ pub fn save(path: impl AsRef<Path>, tensors: &[(&str, &Tensor)]) -> Result<()> {
             });
         }
     }
-    let words = read_all(tensors.iter().map(|(_, t)| *t))?;
+    let words = crate::tensor::read::read_words(tensors.iter().map(|(_, t)| *t))?;
     let bytes: Vec<Bytes> = tensors
         .iter()
         .zip(words)
@@ -119,26 +118,6 @@ pub fn save(path: impl AsRef<Path>, tensors: &[(&str, &Tensor)]) -> Result<()> {
         SafeTensorError::IoError(io) => Error::Io { path: shown(path), message: io.to_string() },
         other => Error::Io { path: shown(path), message: other.to_string() },
     })
-}
-
-/// The stored words of every tensor, read back in one realize per device, in order.
-fn read_all<'a>(tensors: impl Iterator<Item = &'a Tensor>) -> Result<Vec<Vec<u32>>> {
-    let tensors: Vec<&Tensor> = tensors.collect();
-    let mut words: Vec<Vec<u32>> = vec![Vec::new(); tensors.len()];
-    let mut done = vec![false; tensors.len()];
-    for i in 0..tensors.len() {
-        if done[i] {
-            continue;
-        }
-        let device = &tensors[i].device;
-        let mine: Vec<usize> = (i..tensors.len()).filter(|&j| !done[j] && tensors[j].device.same(device)).collect();
-        let ids: Vec<NodeId> = mine.iter().map(|&j| tensors[j].id).collect();
-        for (j, w) in mine.iter().zip(device.read(&ids)?) {
-            words[*j] = w;
-            done[*j] = true;
-        }
-    }
-    Ok(words)
 }
 
 /// The tensors of the safetensors file at `path`, with their names, in the file's order, on the default device
@@ -242,7 +221,7 @@ fn tensor(data: &[u8], shape: &[usize], dtype: DType, device: &Device) -> Tensor
             u32::from_le_bytes(w)
         })
         .collect();
-    Tensor::from_op(device, Op::Data(words), Shape::from(shape), dtype)
+    Tensor::from_words(device, words, Shape::from(shape), dtype)
 }
 
 /// Loads the file at `path` into `params` by name (see `Module::load`): the whole file and every name, dtype and

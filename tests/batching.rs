@@ -17,7 +17,9 @@ fn held_back_realizes_run_in_one_submit_in_order() {
         let x = data(&dev, 5000, 1);
         x.realize().unwrap();
         dev.synchronize().unwrap();
-        dev.set_queue_depth(0);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(0);
+        }
         let before = dev.stats();
         // Each result reads the one before, so running them out of order would show.
         let mut results = vec![x.clone()];
@@ -29,7 +31,7 @@ fn held_back_realizes_run_in_one_submit_in_order() {
         let s = dev.stats();
         assert_eq!(s.dispatches - before.dispatches, 10, "{}", dev.name());
         if dev.is_cpu() {
-            assert_eq!(dev.queue_depth(), 0, "the CPU backend holds nothing back");
+            assert_eq!(dev.wgpu().map_or(0, |g| g.queue_depth()), 0, "the CPU backend holds nothing back");
             assert_eq!(s.submits - before.submits, 10);
         } else {
             assert_eq!(s.submits, before.submits, "{}: held back", dev.name());
@@ -49,7 +51,9 @@ fn held_back_realizes_run_in_one_submit_in_order() {
 #[test]
 fn an_upload_never_overtakes_a_held_back_realize_that_read_its_buffer() {
     for dev in devices() {
-        dev.set_queue_depth(0);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(0);
+        }
         let n = 4096;
         let x = data(&dev, n, 2);
         let xs = x.to_vec();
@@ -69,7 +73,9 @@ fn an_upload_never_overtakes_a_held_back_realize_that_read_its_buffer() {
 #[test]
 fn parameter_blocks_evicted_across_batches_keep_each_realize_its_values() {
     for dev in devices() {
-        dev.set_queue_depth(0);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(0);
+        }
         let x = data(&dev, 300, 4);
         let xs = x.to_vec();
         // Distinct constants make distinct parameter blocks: more than the 64 cached, so blocks are evicted (and
@@ -94,7 +100,9 @@ fn a_full_batch_is_submitted_without_a_read() {
     for dev in devices().into_iter().filter(|d| !d.is_cpu()) {
         let x = data(&dev, 100, 5);
         x.realize().unwrap();
-        dev.set_queue_depth(0);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(0);
+        }
         let before = dev.stats().submits;
         let results: Vec<Tensor> = (0..64)
             .map(|_| {
@@ -119,13 +127,17 @@ fn the_device_submits_what_it_held_back_once_the_queue_has_room() {
         let x = data(&dev, 1000, 6);
         x.realize().unwrap();
         dev.synchronize().unwrap();
-        dev.set_queue_depth(0);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(0);
+        }
         let before = dev.stats().submits;
         let y = x.exp();
         y.realize().unwrap();
         assert_eq!(dev.stats().submits, before);
         // No lazor call that submits from here on: the device's own thread does, once the depth leaves room.
-        dev.set_queue_depth(2);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(2);
+        }
         let start = Instant::now();
         while dev.stats().submits == before {
             assert!(
@@ -144,11 +156,13 @@ fn the_device_submits_what_it_held_back_once_the_queue_has_room() {
 #[test]
 fn taking_the_wgpu_queue_submits_what_is_held_back() {
     for dev in devices().into_iter().filter(|d| !d.is_cpu()) {
-        dev.set_queue_depth(0);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(0);
+        }
         let y = data(&dev, 10, 7).exp();
         y.realize().unwrap();
         let before = dev.stats().submits;
-        let _queue = dev.wgpu_queue();
+        let _queue = dev.wgpu().expect("a wgpu device").queue();
         assert_eq!(dev.stats().submits - before, 1, "{}", dev.name());
     }
 }
@@ -157,7 +171,7 @@ fn taking_the_wgpu_queue_submits_what_is_held_back() {
 fn a_busy_gpu_batches_realizes_and_an_idle_one_gets_each_at_once() {
     for dev in devices().into_iter().filter(|d| !d.is_cpu()) {
         let depth = std::env::var("LAZOR_QUEUE_DEPTH").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(2);
-        assert_eq!(dev.queue_depth(), depth, "{}: the default depth", dev.name());
+        assert_eq!(dev.wgpu().map_or(0, |g| g.queue_depth()), depth, "{}: the default depth", dev.name());
         // Large enough that the GPU takes far longer over each realize than the host takes to make the next: a
         // software adapter is slow at any size, a hardware one needs 256 MiB a tensor (about 0.1 ms an H200).
         let n = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu { 1 << 20 } else { 1 << 26 };
@@ -197,7 +211,9 @@ fn independent_realizes_of_one_batch_get_distinct_buffers_and_a_chain_reuses_two
         let x = data(&dev, 4096, 9);
         x.realize().unwrap();
         dev.synchronize().unwrap();
-        dev.set_queue_depth(0);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(0);
+        }
         // Eight independent realizes in one batch, each result dropped at once: reusing the buffer just freed
         // would make each kernel wait for the one before (a barrier), so each gets its own.
         // One expression and constant throughout, so no new parameter block is allocated after the first.
@@ -223,7 +239,9 @@ fn independent_realizes_of_one_batch_get_distinct_buffers_and_a_chain_reuses_two
         assert!(chained <= 2, "{}: a chain allocated {chained} buffers", dev.name());
         let want = lazor::reference::eval(&[&z]).pop().unwrap();
         assert_close(&z.to_vec(), &want, 1e-5, 1e-6, &format!("{}: the chain", dev.name()));
-        dev.set_queue_depth(2);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(2);
+        }
         // The next batch takes the buffers the last one used.
         let before = dev.stats().buffers_allocated;
         for _ in 0..8 {
@@ -244,13 +262,17 @@ fn a_read_joins_the_held_batch_in_one_submit() {
         (&a + 1.0).realize().unwrap();
         (&b * 2.0).realize().unwrap();
         dev.synchronize().unwrap();
-        dev.set_queue_depth(0);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(0);
+        }
         let before = dev.stats();
         (&a + 1.0).realize().unwrap();
         (&b * 2.0).realize().unwrap();
         assert_eq!(y().to_vec(), want);
         assert_eq!(dev.stats().submits - before.submits, 1, "{}: two realizes and a read", dev.name());
-        dev.set_queue_depth(2);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(2);
+        }
     }
 }
 

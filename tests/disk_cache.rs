@@ -41,14 +41,17 @@ fn the_pipeline_cache_survives_processes_and_bad_files() {
 
     let Some(dev) = compute_on_a_fresh_device() else {
         // No wgpu backend asked for (LAZOR_TEST_BACKENDS=cpu): the CPU backend compiles nothing.
-        assert!(Device::cpu().pipeline_cache_file().is_none());
+        assert!(Device::cpu().wgpu().is_none());
         return;
     };
     if !dev.backend().eq_ignore_ascii_case("vulkan") {
-        assert!(dev.pipeline_cache_file().is_none(), "only Vulkan has PIPELINE_CACHE in wgpu 30");
+        assert!(
+            dev.wgpu().and_then(|g| g.pipeline_cache_file()).is_none(),
+            "only Vulkan has PIPELINE_CACHE in wgpu 30"
+        );
         return;
     }
-    let path = dev.pipeline_cache_file().expect("a Vulkan device keeps a pipeline cache");
+    let path = dev.wgpu().and_then(|g| g.pipeline_cache_file()).expect("a Vulkan device keeps a pipeline cache");
     assert!(path.starts_with(&dir), "{} is under LAZOR_CACHE_DIR", path.display());
     assert!(valid(&path), "the compile was saved: {}", path.display());
     drop(dev);
@@ -75,6 +78,6 @@ fn the_pipeline_cache_survives_processes_and_bad_files() {
     // Set and empty: no disk cache.
     std::env::set_var("LAZOR_CACHE_DIR", "");
     let dev = compute_on_a_fresh_device().unwrap();
-    assert!(dev.pipeline_cache_file().is_none());
+    assert!(dev.wgpu().and_then(|g| g.pipeline_cache_file()).is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -39,7 +39,11 @@ fn strip(text: &str) -> String {
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let t = line.trim_start();
-        if t.starts_with("#[cfg(test)]") && lines.peek().is_some_and(|n| n.trim_start().starts_with("mod ")) {
+        let test_module = |n: &str| {
+            let n = n.trim_start();
+            n.starts_with("mod ") || n.starts_with("pub(crate) mod ") || n.starts_with("pub mod ")
+        };
+        if t.starts_with("#[cfg(test)]") && lines.peek().is_some_and(|n| test_module(n)) {
             // Skip the module's block by counting braces.
             let mut depth = 0i32;
             let mut opened = false;
@@ -213,6 +217,25 @@ fn house() -> (House, Vec<BTreeSet<usize>>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     collect(&root, &root, &mut files);
+    // Files declared as test modules (`#[cfg(test)] mod tests;`) are tests too.
+    let tests: Vec<Vec<String>> = files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(root.join(f.rel.trim_start_matches("src/"))).unwrap();
+            let lines: Vec<String> = text.lines().map(|l| l.trim().to_string()).collect();
+            let module = f.module.clone();
+            lines
+                .windows(2)
+                .filter(|w| w[0] == "#[cfg(test)]" && w[1].starts_with("mod ") && w[1].ends_with(';'))
+                .map(|w| {
+                    let mut m = module.clone();
+                    m.push(w[1].trim_start_matches("mod ").trim_end_matches(';').to_string());
+                    m
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    files.retain(|f| !tests.contains(&f.module));
     let by_module = files.iter().enumerate().map(|(i, f)| (f.module.clone(), i)).collect();
     let mut house = House { files, by_module, reexports: Vec::new() };
     let mut reexports = Vec::new();
@@ -235,7 +258,7 @@ fn house() -> (House, Vec<BTreeSet<usize>>) {
     }
     house.reexports = reexports;
     let mut edges: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); house.files.len()];
-    for f in 0..house.files.len() {
+    for (f, out) in edges.iter_mut().enumerate() {
         // A folder's facade (`pub use child::Item` in its mod.rs) is part of declaring the child, like `mod child;`:
         // not an import.
         let mut paths: Vec<(bool, String)> = uses(&house.files[f].code)
@@ -251,7 +274,7 @@ fn house() -> (House, Vec<BTreeSet<usize>>) {
             if let Some(to) = house.resolve(&abs, 0) {
                 let facade = public && house.files[to].module.starts_with(&house.files[f].module);
                 if to != f && !facade {
-                    edges[f].insert(to);
+                    out.insert(to);
                 }
             }
         }

@@ -39,7 +39,7 @@ fn parameters_are_named_as_pytorch_state_dict_keys() {
     assert_eq!(nn::prefixed("head", &fc).into_iter().map(|(n, _)| n).collect::<Vec<_>>(), ["head.weight", "head.bias"]);
     // The parameters are the layer's own Vars: an update through them is the layer's.
     let (_, w) = &fc.parameters()[0];
-    assert!(*w == fc.weight);
+    assert!(w.same(&fc.weight));
     assert_eq!(fc.vars().len(), 2);
     assert_eq!(model.len(), 5);
     // A boxed module is a module.

@@ -28,15 +28,15 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
         "- device: {}; native f16: {}; tensor cores: {}; one device for the whole section; median of up to {} runs of x{} realizes \
          then `synchronize()`; GB/s of the bytes each case must move (inputs read once, output written once)",
         dev.name(),
-        dev.native_f16(),
-        dev.tensor_cores(),
+        dev.wgpu().is_some_and(|g| g.native_f16()),
+        dev.wgpu().is_some_and(|g| g.tensor_cores()),
         cfg.runs,
         cfg.batch
     );
     println!();
     println!("| case | n | dtype | dispatches | ms | GB/s | time / f32's |");
     println!("|---|---|---|---|---|---|---|");
-    let native = dev.native_f16();
+    let native = dev.wgpu().is_some_and(|g| g.native_f16());
     // Two passes over the sizes: the first allocates each case's buffers, the second reuses them from the pool.
     for (pass, &l) in log2.iter().chain(log2).enumerate() {
         let pass = if pass < log2.len() { "" } else { ", 2nd pass" };
@@ -53,7 +53,9 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
             if packed && !native {
                 continue;
             }
-            dev.set_native_f16(native && !packed);
+            if let Some(gpu) = dev.wgpu() {
+                gpu.set_native_f16(native && !packed);
+            }
             let (a, b, c) = (inputs(dev, dt, n, 1), inputs(dev, dt, n, 2), inputs(dev, dt, n, 3));
             let before = dev.stats().dispatches;
             chain3(&a, &b, &c).realize().unwrap();
@@ -75,7 +77,9 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
                 t.as_secs_f64() / base
             );
         }
-        dev.set_native_f16(native);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_native_f16(native);
+        }
         // A mask and a select: f32 in, bool mask (1 byte) out, then where_cond reading it back.
         let x = inputs(dev, DType::F32, n, 4);
         let mask = x.gt(0.0);
@@ -124,7 +128,7 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
     println!();
     println!("| matmul | n | dtype | ms | TFLOP/s |");
     println!("|---|---|---|---|---|");
-    let cores = dev.tensor_cores();
+    let cores = dev.wgpu().is_some_and(|g| g.tensor_cores());
     // (dtype, f16 packed, tensor cores, label)
     let cases = [
         (DType::F32, false, false, "f32"),
@@ -137,8 +141,12 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
         if (packed && !native) || (on_cores && !cores) {
             continue;
         }
-        dev.set_native_f16(native && !packed);
-        dev.set_tensor_cores(on_cores);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_native_f16(native && !packed);
+        }
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_tensor_cores(on_cores);
+        }
         let a = inputs(dev, dt, mm * mm, 5).reshape([mm, mm]);
         let b = inputs(dev, dt, mm * mm, 6).reshape([mm, mm]);
         a.matmul(&b).realize().unwrap();
@@ -156,7 +164,11 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
             2.0 * (mm as f64).powi(3) / t.as_secs_f64() / 1e12
         );
     }
-    dev.set_native_f16(native);
-    dev.set_tensor_cores(cores);
+    if let Some(gpu) = dev.wgpu() {
+        gpu.set_native_f16(native);
+    }
+    if let Some(gpu) = dev.wgpu() {
+        gpu.set_tensor_cores(cores);
+    }
     true
 }

@@ -98,7 +98,7 @@ fn warm_start(dev: &Device) {
 ### Warm starts: compiling 8 new kernels in a fresh process (driver disk caches off)
 "
     );
-    println!("- this device keeps a pipeline cache: {}", dev.pipeline_cache_file().is_some());
+    println!("- this device keeps a pipeline cache: {}", dev.wgpu().and_then(|g| g.pipeline_cache_file()).is_some());
     println!(
         "
 | run | ms | pipelines compiled |"

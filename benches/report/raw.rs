@@ -179,9 +179,9 @@ struct RawKernel {
 impl Raw {
     /// lazor's own wgpu device, so copies and hand-written kernels run on exactly the device lazor measures.
     pub fn open(dev: &Device) -> Raw {
-        let device = dev.wgpu_device().clone();
+        let device = dev.wgpu().expect("a wgpu device").device().clone();
         let max_groups = device.limits().max_compute_workgroups_per_dimension;
-        Raw { device, queue: dev.wgpu_queue().clone(), info: dev.adapter_info(), max_groups }
+        Raw { device, queue: dev.wgpu().expect("a wgpu device").queue().clone(), info: dev.adapter_info(), max_groups }
     }
 
     pub fn buffer(&self, bytes: u64, label: &str) -> wgpu::Buffer {

@@ -26,7 +26,7 @@ pub struct Grads {
 impl Grads {
     /// `var`'s gradient, or `None` when the loss does not depend on `var`.
     pub fn get(&self, var: &Var) -> Option<Tensor> {
-        self.entries.iter().find(|(v, _)| v == var).map(|(_, g)| g.clone())
+        self.entries.iter().find(|(v, _)| v.same(var)).map(|(_, g)| g.clone())
     }
 
     /// How many `Var`s have a gradient.
@@ -60,7 +60,7 @@ impl Grads {
     pub fn accumulate(&mut self, other: &Grads) {
         crate::no_grad(|| {
             for (var, g) in &other.entries {
-                match self.entries.iter_mut().find(|(v, _)| v == var) {
+                match self.entries.iter_mut().find(|(v, _)| v.same(var)) {
                     Some((_, mine)) => *mine = &*mine + g,
                     None => self.entries.push((var.clone(), g.clone())),
                 }
@@ -93,7 +93,7 @@ impl Index<&Var> for Grads {
     /// `None` instead.
     #[track_caller]
     fn index(&self, var: &Var) -> &Tensor {
-        match self.entries.iter().find(|(v, _)| v == var) {
+        match self.entries.iter().find(|(v, _)| v.same(var)) {
             Some((_, g)) => g,
             None => panic!(
                 "lazor: grads[&var]: no gradient for the Var of shape {} ({}): the loss does not depend on it",

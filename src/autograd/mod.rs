@@ -19,7 +19,7 @@ pub use var::Var;
 use crate::error::{Error, Result};
 use crate::hash::FastMap;
 use crate::tensor::Tensor;
-use pending::Pending;
+use pending::PendingGrad;
 
 /// Runs `f` with gradient tracking off on this thread and returns its value: nothing built inside is tracked
 /// (an optimizer's update, an evaluation pass).
@@ -54,10 +54,7 @@ impl Tensor {
     /// ops recorded before the `set` still reads the values they saw.
     pub(crate) fn saved(&self) -> Tensor {
         match &self.tape {
-            Some(node) if matches!(node.rule, Rule::Leaf(_)) => {
-                let view = crate::graph::Op::View(crate::view::View::contiguous(&self.shape), self.id);
-                Tensor::from_op(&self.device, view, self.shape.clone(), self.dtype)
-            }
+            Some(node) if matches!(node.rule, Rule::Leaf(_)) => self.pinned_view(),
             _ => self.detach(),
         }
     }
@@ -138,8 +135,8 @@ impl Tensor {
         };
         Ok(no_grad(|| {
             let order = tape::order(root);
-            let mut pending: FastMap<usize, Pending> = FastMap::default();
-            pending.insert(tape::key(root), Pending::Whole(seed));
+            let mut pending: FastMap<usize, PendingGrad> = FastMap::default();
+            pending.insert(tape::key(root), PendingGrad::Whole(seed));
             let mut entries = Vec::new();
             for node in order.iter().rev() {
                 let Some(g) = pending.remove(&tape::key(node)) else { continue };
@@ -150,14 +147,14 @@ impl Tensor {
                     }
                     continue;
                 }
-                let parts: smallvec::SmallVec<[Option<Pending>; 3]> = match node.rule {
+                let parts: smallvec::SmallVec<[Option<PendingGrad>; 3]> = match node.rule {
                     // Kept as a piece, not padded yet: see `pending.rs`.
                     Rule::Narrow { axis, start, extent } => {
-                        smallvec::smallvec![Some(Pending::piece(axis, start, extent, g))]
+                        smallvec::smallvec![Some(PendingGrad::piece(axis, start, extent, g))]
                     }
                     _ => {
                         let needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
-                        rules::backward(&node.rule, &g, &needs).into_iter().map(|p| p.map(Pending::Whole)).collect()
+                        rules::backward(&node.rule, &g, &needs).into_iter().map(|p| p.map(PendingGrad::Whole)).collect()
                     }
                 };
                 for (input, part) in node.inputs.iter().zip(parts) {

@@ -10,7 +10,7 @@ use super::rules::join;
 use crate::tensor::Tensor;
 
 /// A gradient being summed.
-pub(super) enum Pending {
+pub(super) enum PendingGrad {
     Whole(Tensor),
     /// Disjoint pieces along `axis` (of extent `extent`), each `(start, gradient)`, sorted by start; zeros between.
     Pieces {
@@ -20,19 +20,20 @@ pub(super) enum Pending {
     },
 }
 
-impl Pending {
+impl PendingGrad {
     /// The gradient `part` of a narrow to `start..` along `axis` of an axis of extent `extent`.
-    pub fn piece(axis: usize, start: usize, extent: usize, part: Tensor) -> Pending {
-        Pending::Pieces { axis, extent, pieces: vec![(start, part)] }
+    pub fn piece(axis: usize, start: usize, extent: usize, part: Tensor) -> PendingGrad {
+        PendingGrad::Pieces { axis, extent, pieces: vec![(start, part)] }
     }
 
     /// Adds `other` in: pieces of the same axis that overlap no other piece (or cover exactly the same range) stay
     /// pieces; anything else makes a whole tensor.
-    pub fn add(self, other: Pending) -> Pending {
+    pub fn add(self, other: PendingGrad) -> PendingGrad {
         match (self, other) {
-            (Pending::Pieces { axis, extent, mut pieces }, Pending::Pieces { axis: a2, extent: e2, pieces: more })
-                if axis == a2 && extent == e2 && fits(axis, &pieces, &more) =>
-            {
+            (
+                PendingGrad::Pieces { axis, extent, mut pieces },
+                PendingGrad::Pieces { axis: a2, extent: e2, pieces: more },
+            ) if axis == a2 && extent == e2 && fits(axis, &pieces, &more) => {
                 let len = |t: &Tensor| t.shape.dims()[axis];
                 for (start, t) in more {
                     if let Some(same) = pieces.iter_mut().find(|(s, p)| *s == start && len(p) == len(&t)) {
@@ -42,17 +43,17 @@ impl Pending {
                     let at = pieces.partition_point(|(s, _)| *s < start);
                     pieces.insert(at, (start, t));
                 }
-                Pending::Pieces { axis, extent, pieces }
+                PendingGrad::Pieces { axis, extent, pieces }
             }
-            (a, b) => Pending::Whole(a.finish() + &b.finish()),
+            (a, b) => PendingGrad::Whole(a.finish() + &b.finish()),
         }
     }
 
     /// The gradient as one tensor.
     pub fn finish(self) -> Tensor {
         match self {
-            Pending::Whole(t) => t,
-            Pending::Pieces { axis, extent, pieces } => join(axis, extent, &pieces),
+            PendingGrad::Whole(t) => t,
+            PendingGrad::Pieces { axis, extent, pieces } => join(axis, extent, &pieces),
         }
     }
 }

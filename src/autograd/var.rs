@@ -2,7 +2,6 @@
 
 use super::tape::{Node, Rule};
 use crate::error::Result;
-use crate::graph::Op;
 use crate::tensor::Tensor;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -45,13 +44,8 @@ impl Var {
         // Untracked, without a second handle: the node is taken over only when this is the one handle on it.
         let mut t = t;
         t.tape = None;
-        let owned = {
-            let state = t.device.state();
-            let node = state.graph.node(t.id);
-            state.graph.refs(t.id) == 1 && matches!(node.op, Op::Data(_) | Op::Buffer)
-        };
-        if !owned {
-            t = Tensor::from_op(&t.device, Op::Contiguous(t.id), t.shape.clone(), t.dtype);
+        if !t.is_sole_storage() {
+            t = t.copied();
         }
         // In a buffer from the start: a lazy value would be recomputed by every realize, and a step's plan is keyed
         // on whether its leaves hold buffers, so host data left for the first step to upload would make the second
@@ -100,14 +94,7 @@ impl Var {
         if !value.is_realized() {
             value.realize()?;
         }
-        let copied = {
-            let mut state = own.device.state();
-            let mut freed = Vec::new();
-            let copied = state.graph.assign(own.id, value.id, &mut freed);
-            let crate::realize::State { stats, .. } = &mut *state;
-            own.device.free(stats, freed);
-            copied
-        };
+        let copied = own.assign_from(&value);
         drop(value);
         if copied {
             own.realize()?;
@@ -115,8 +102,17 @@ impl Var {
         Ok(())
     }
 
-    /// Whether `self` and `other` are the same parameter (clones of one `Var`).
-    pub(crate) fn same(&self, other: &Var) -> bool {
+    /// Whether `self` and `other` are the same parameter (clones of one `Var`), not whether their values are equal.
+    /// `Var` has no `==`: through `Deref` every `Tensor` method works on a `Var`, `eq` and `ne` included
+    /// (elementwise comparisons, as on tensors).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let w = lazor::Var::new(lazor::Tensor::zeros([2]));
+    /// assert!(w.same(&w.clone()));
+    /// let mask = w.eq(0.5); // elementwise, a Bool tensor
+    /// ```
+    pub fn same(&self, other: &Var) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
@@ -125,14 +121,6 @@ impl Var {
         Var { inner }
     }
 }
-
-impl PartialEq for Var {
-    fn eq(&self, other: &Var) -> bool {
-        self.same(other)
-    }
-}
-
-impl Eq for Var {}
 
 impl Deref for Var {
     type Target = Tensor;

@@ -6,8 +6,8 @@ pub(crate) mod cpu;
 pub(crate) mod free;
 pub(crate) mod wgpu;
 
+use crate::buffer::BufferKey;
 use crate::error::Result;
-use crate::graph::BufferKey;
 use crate::kernel::Kernel;
 use crate::profile::Stats;
 
@@ -125,38 +125,12 @@ pub(crate) trait Backend: Send + Sync {
     fn trim(&self) -> u64;
 }
 
-/// What only the wgpu backend has: the device and queue, a queue depth, subgroups, native f16, tensor cores, a
-/// pipeline cache on disk. `Device`'s knobs for them reach it through [`Backends::wgpu`] and do nothing on the CPU
-/// backend, as their documentation says.
-pub(crate) trait WgpuOnly: Send + Sync {
-    /// The open wgpu device and what lazor knows about it.
-    fn gpu(&self) -> &wgpu::gpu::Gpu;
-    /// Sets how many submits are kept in flight; realizes made while one is in flight are batched.
-    fn set_queue_depth(&self, depth: usize);
-    /// How many submits are kept in flight.
-    fn queue_depth(&self) -> usize;
-    /// Turns subgroup operations in generated kernels on (where the device has them) or off.
-    fn set_subgroups(&self, on: bool);
-    /// Whether generated kernels use subgroup operations.
-    fn subgroups(&self) -> bool;
-    /// Binds f16 buffers natively (where the device has them) or packed two to a word.
-    fn set_native_f16(&self, on: bool);
-    /// Whether f16 buffers are bound natively.
-    fn native_f16(&self) -> bool;
-    /// Turns the tensor-core (cooperative matrix) f16 matmul on (where the device has it) or off.
-    fn set_tensor_cores(&self, on: bool);
-    /// Whether f16 matmuls run on tensor cores.
-    fn tensor_cores(&self) -> bool;
-    /// The file of the driver's pipeline cache, where there is one.
-    fn pipeline_cache_file(&self) -> Option<std::path::PathBuf>;
-}
-
 /// The backend of a device: what every backend does (by `Deref` to [`Backend`]) and, on wgpu, what only it has.
 /// Both are trait objects: a device holds no concrete backend type, so `Send`/`Sync` of a `Device` (and of
 /// everything holding one) is settled by the traits' bounds rather than by walking wgpu's types.
 pub(crate) struct Backends {
     common: std::sync::Arc<dyn Backend>,
-    wgpu: Option<std::sync::Arc<dyn WgpuOnly>>,
+    wgpu: Option<std::sync::Arc<dyn wgpu::WgpuOnly>>,
 }
 
 impl Backends {
@@ -172,7 +146,7 @@ impl Backends {
     }
 
     /// What only the wgpu backend has; `None` on the CPU backend.
-    pub fn wgpu(&self) -> Option<&dyn WgpuOnly> {
+    pub fn wgpu(&self) -> Option<&dyn wgpu::WgpuOnly> {
         self.wgpu.as_deref()
     }
 

@@ -181,9 +181,9 @@ pub fn try_scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, is_c
     if !is_causal {
         return Ok((q.matmul(&keys) * scale).softmax(-1).matmul(v));
     }
-    // The scores come out of their product masked (-inf past the diagonal), so the softmax reads them as they are:
-    // with the mask computed from coordinates in the softmax's kernel instead (`masked_fill`), that kernel ran at
-    // 2244 GB/s against 2829 over nanoGPT's scores on the H200, -0.1 ms a step.
+    // The scores come out of their product masked (-inf past the diagonal), so the softmax reads them as they are: with
+    // the mask computed from coordinates in the softmax's kernel instead (`masked_fill`), that kernel ran markedly
+    // slower over nanoGPT's scores (figures: docs/notes/source-measurements.md, `src/nn/functional.rs`).
     let scores = q.matmul_tri(&keys, Tri::Causal) * scale;
     Ok(scores.softmax(-1).matmul_tri(v, Tri::ALower))
 }

@@ -37,6 +37,7 @@ use crate::autograd::{same_kind, Grads, Var};
 use crate::dtype::DType;
 use crate::error::ok;
 use crate::error::{Error, Result};
+use crate::tensor::seam::Released;
 use crate::tensor::Tensor;
 
 /// An optimizer's update rule: its settings, and the lazy update of one parameter. [`Sgd`] and [`AdamW`] are
@@ -169,8 +170,8 @@ impl<R: UpdateRule> Optimizer<R> {
         // they get their handles back.
         let old: Vec<(usize, Vec<Tensor>)> =
             next.iter().map(|n| (n.0, std::mem::take(&mut self.states[n.0]))).collect();
-        let held: Vec<(usize, Vec<Detached>)> =
-            old.into_iter().map(|(i, states)| (i, states.into_iter().map(Detached::from).collect())).collect();
+        let held: Vec<(usize, Vec<Released>)> =
+            old.into_iter().map(|(i, states)| (i, states.into_iter().map(Tensor::release).collect())).collect();
         let mut all: Vec<&Tensor> = also.to_vec();
         for (_, value, states) in &next {
             all.push(value);
@@ -178,7 +179,7 @@ impl<R: UpdateRule> Optimizer<R> {
         }
         if let Err(e) = crate::tensor::realize(&all) {
             for (i, states) in held {
-                self.states[i] = states.into_iter().map(Detached::handle).collect();
+                self.states[i] = states.into_iter().map(Released::handle).collect();
             }
             return Err(e);
         }
@@ -225,34 +226,6 @@ impl<R: UpdateRule> Optimizer<R> {
     #[track_caller]
     pub fn states(&self, i: usize) -> &[Tensor] {
         &self.states[i]
-    }
-}
-
-/// A tensor whose handle was let go while its node lives on (read by a lazy update): enough to hand out a handle
-/// again while that node lives.
-struct Detached {
-    device: crate::device::Device,
-    id: crate::graph::NodeId,
-    shape: crate::shape::Shape,
-    dtype: DType,
-}
-
-impl Detached {
-    /// `t`'s node, its handle dropped.
-    fn from(t: Tensor) -> Detached {
-        Detached { device: t.device.clone(), id: t.id, shape: t.shape.clone(), dtype: t.dtype }
-    }
-
-    /// A handle on the node again; zeros if the node is gone (a state the rule did not read).
-    fn handle(self) -> Tensor {
-        let mut state = self.device.state();
-        if !state.graph.contains(self.id) {
-            drop(state);
-            return Tensor::zeros_on(self.shape, &self.device);
-        }
-        state.graph.retain(self.id);
-        drop(state);
-        Tensor { id: self.id, shape: self.shape, dtype: self.dtype, device: self.device, tape: None }
     }
 }
 

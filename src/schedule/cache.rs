@@ -1,17 +1,18 @@
 //! The plan cache: a realize whose graph has the structure of an earlier realize's reuses that realize's plan.
 
-// Planning (fusion, lowering, the memory plan) took 5 us of a layer norm's 7 us of host time per realize on this
-// VM and about 14 us on the H200's host, while programs mostly repeat a few structures at fixed shapes. The key
-// is the realized subgraph with its nodes named by their place in topological order: each node's op with every
-// operand that is not a node (`Op::signature`), its shape and type, whether a leaf holds a buffer, the places of
-// its inputs, then the places of the requested outputs and the schedule's options. `plan` reads nothing else of
-// the graph (node ids only name nodes; buffer keys are looked up again) but constants' values, which only fill
-// parameters (`Kernel::consts` says which), so a hit is the plan `plan` would make once this realize's constants
-// are written into those parameters and its nodes and buffers replace the ones the plan was made with. A loop
-// whose scalars change every step (a learning rate, a step count) reuses its plan too.
+// Planning (fusion, lowering, the memory plan) took most of a layer norm's host time per realize (figures:
+// docs/notes/source-measurements.md, `src/schedule/cache.rs`), while programs mostly repeat a few structures at fixed
+// shapes. The key is the realized subgraph with its nodes named by their place in topological order: each node's op
+// with every operand that is not a node (`NodeOp::signature`), its shape and type, whether a leaf holds a buffer, the
+// places of its inputs, then the places of the requested outputs and the schedule's options. `plan` reads nothing else
+// of the graph (node ids only name nodes; buffer keys are looked up again) but constants' values, which only fill
+// parameters (`Kernel::consts` says which), so a hit is the plan `plan` would make once this realize's constants are
+// written into those parameters and its nodes and buffers replace the ones the plan was made with. A loop whose scalars
+// change every step (a learning rate, a step count) reuses its plan too.
 
 use super::{dedup, plan_ordered, toposort, Options, Plan, Slot, Source};
-use crate::graph::{BufferKey, Graph, NodeId, Op};
+use crate::buffer::BufferKey;
+use crate::graph::{Graph, NodeId, NodeOp};
 use crate::hash::{FastMap, FastSet};
 use crate::kernel::Kernel;
 use std::sync::Arc;
@@ -41,7 +42,7 @@ impl Template {
     /// The kernels with the constants of the realize ordered as `order`: shared when they are the template's.
     fn kernels(&self, graph: &Graph, order: &[NodeId]) -> Arc<[Kernel]> {
         let value = |place: u32| match graph.node(order[place as usize]).op {
-            Op::Const(bits) => bits,
+            NodeOp::Const(bits) => bits,
             _ => unreachable!("the key places a constant there"),
         };
         let differs = |&(k, p, place): &(usize, usize, u32)| self.kernels[k].params[p] != value(place);
@@ -134,7 +135,7 @@ impl PlanCache {
                 .kernels
                 .iter()
                 .enumerate()
-                .flat_map(|(k, kernel)| kernel.consts.iter().map(move |&(p, id)| (k, p, place(&id))))
+                .flat_map(|(k, kernel)| kernel.consts.iter().map(move |&(p, at)| (k, p, at)))
                 .collect(),
             frees: plan.frees.clone(),
             outputs: plan.outputs.iter().map(place).collect(),
@@ -184,7 +185,7 @@ impl PlanCache {
             place.insert(id, p as u32);
             let node = graph.node(id);
             node.op.signature(key);
-            let leaf = matches!(node.op, Op::Buffer) && node.buffer.is_some();
+            let leaf = matches!(node.op, NodeOp::Buffer) && node.buffer.is_some();
             let donor = u64::from(donors.contains(&id));
             key.push((node.dtype as u64) << 32 | u64::from(leaf) << 31 | donor << 30 | node.shape.ndim() as u64);
             key.extend(node.shape.dims().iter().map(|&d| d as u64));
@@ -294,10 +295,10 @@ mod tests {
         let e2 = un(&mut g, UnaryOp::Sin, x);
         let f0 = fold(&mut g, ReduceOp::Sum, x, 0);
         let f1 = fold(&mut g, ReduceOp::Sum, x, 1);
-        let xi = g.add(Op::Data(vec![0; 16 * 64]), Shape::from([16, 64]), DType::I32);
-        let ei = g.add(Op::Unary(UnaryOp::Neg, xi), Shape::from([16, 64]), DType::I32);
+        let xi = g.add(NodeOp::Data(vec![0; 16 * 64]), Shape::from([16, 64]), DType::I32);
+        let ei = g.add(NodeOp::Unary(UnaryOp::Neg, xi), Shape::from([16, 64]), DType::I32);
         let vt = View::contiguous(&Shape::from([16, 64])).permute(&[1, 0]);
-        let t = g.add(Op::View(vt, x), Shape::from([64, 16]), DType::F32);
+        let t = g.add(NodeOp::View(vt, x), Shape::from([64, 16]), DType::F32);
         let et = un(&mut g, UnaryOp::Exp, t);
         let xy = bin(&mut g, BinaryOp::Add, x, y);
         let xx = bin(&mut g, BinaryOp::Add, x, x);

@@ -2,7 +2,7 @@
 //! `lazor::debug::dot` returns and `LAZOR_VIZ` writes.
 
 use super::{kernel_nodes, Options};
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{Graph, NodeId, NodeOp};
 use crate::hash::FastMap;
 use crate::kernel::kernel_name;
 use std::fmt::Write;
@@ -48,7 +48,7 @@ pub(crate) fn graph_dot(graph: &Graph, outputs: &[NodeId], opts: &Options) -> St
 /// value computed.
 fn kernel_shape(graph: &Graph, nodes: &[NodeId]) -> Vec<usize> {
     let fold = nodes.iter().find_map(|&id| match graph.node(id).op {
-        Op::Reduce(_, x, _) => Some(x),
+        NodeOp::Reduce(_, x, _) => Some(x),
         _ => None,
     });
     let widest = || nodes.iter().copied().max_by_key(|&id| graph.node(id).shape.numel()).expect("a kernel node");
@@ -56,33 +56,38 @@ fn kernel_shape(graph: &Graph, nodes: &[NodeId]) -> Vec<usize> {
 }
 
 /// The op's name as the user called it; `None` for what computes nothing (data, views, buffers).
-fn op_name(op: &Op) -> Option<&'static str> {
+fn op_name(op: &NodeOp) -> Option<&'static str> {
     Some(match op {
-        Op::Unary(u, _) => u.name(),
-        Op::Binary(b, ..) => b.name(),
-        Op::Reduce(r, ..) => r.name(),
-        Op::Matmul(..) => "matmul",
-        Op::Cast(_) => "cast",
-        Op::Where(..) => "where",
-        Op::Random(d, ..) => d.name(),
-        Op::Cat(..) => "cat",
-        Op::Gather(..) => "gather",
-        Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer | Op::View(..) | Op::Contiguous(_) => return None,
+        NodeOp::Unary(u, _) => u.name(),
+        NodeOp::Binary(b, ..) => b.name(),
+        NodeOp::Reduce(r, ..) => r.name(),
+        NodeOp::Matmul(..) => "matmul",
+        NodeOp::Cast(_) => "cast",
+        NodeOp::Where(..) => "where",
+        NodeOp::Random(d, ..) => d.name(),
+        NodeOp::Cat(..) => "cat",
+        NodeOp::Gather(..) => "gather",
+        NodeOp::Data(_)
+        | NodeOp::Const(_)
+        | NodeOp::Arange
+        | NodeOp::Buffer
+        | NodeOp::View(..)
+        | NodeOp::Contiguous(_) => return None,
     })
 }
 
 fn node_line(graph: &Graph, id: NodeId, i: usize) -> String {
     let node = graph.node(id);
     let (label, shape) = match &node.op {
-        Op::Data(_) => ("data".to_string(), "ellipse"),
-        Op::Buffer => ("buffer".to_string(), "ellipse"),
-        Op::Const(c) => {
+        NodeOp::Data(_) => ("data".to_string(), "ellipse"),
+        NodeOp::Buffer => ("buffer".to_string(), "ellipse"),
+        NodeOp::Const(c) => {
             (format!("const {}", f32::from_bits(crate::dtype::DType::F32.cast_lane(node.dtype, *c))), "plain")
         }
-        Op::Arange => ("arange".to_string(), "plain"),
-        Op::View(..) => ("view".to_string(), "box"),
-        Op::Contiguous(_) => ("contiguous".to_string(), "box"),
-        Op::Reduce(r, _, axis) => (format!("{} (axis {axis})", r.name()), "box"),
+        NodeOp::Arange => ("arange".to_string(), "plain"),
+        NodeOp::View(..) => ("view".to_string(), "box"),
+        NodeOp::Contiguous(_) => ("contiguous".to_string(), "box"),
+        NodeOp::Reduce(r, _, axis) => (format!("{} (axis {axis})", r.name()), "box"),
         op => (op_name(op).unwrap_or("?").to_string(), "box"),
     };
     format!("n{i} [label=\"{label}\\n{} {}\", shape={shape}];", node.shape, node.dtype)

@@ -7,7 +7,7 @@
 //! consumer's index. Materialized nodes of one shape share a kernel when no dependency runs through a later kernel
 //! and none is read through a view (a kernel cannot read what its own other threads write).
 
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{Graph, NodeId, NodeOp};
 use crate::hash::{FastMap, FastSet};
 use crate::shape::Shape;
 use crate::view::View;
@@ -29,7 +29,7 @@ const MERGE_WINDOW: usize = 16;
 pub struct Options {
     /// Fuse elementwise chains (`false` is `LAZOR_NOFUSE=1`: one kernel per op).
     pub fuse: bool,
-    /// Run independent kernels in shared dispatches (`LAZOR_GROUP=1`, `group.rs`).
+    /// Run independent kernels in shared dispatches (`LAZOR_GROUP=1`, `dispatch.rs`).
     pub group: bool,
     /// Storage buffers one kernel may bind, parameters included.
     pub max_bindings: usize,
@@ -45,7 +45,7 @@ pub struct Options {
     /// subgroup. Rows kernels go below it (`reduce.rs`, `ROWS_TEAM_MIN`).
     pub row_team_min: usize,
     /// Bytes of workgroup memory one dispatch may declare: the backend's limit, which kernels joining one
-    /// dispatch share (`group.rs`).
+    /// dispatch share (`dispatch.rs`).
     pub workgroup_bytes: u32,
 }
 
@@ -84,6 +84,9 @@ pub(super) struct Fusion {
     pub materialized: FastSet<NodeId>,
     /// For every compute node: the buffers its inlined expression reads and how many ops it computes.
     pub inlined: FastMap<NodeId, Inlined>,
+    /// Each node's place in the realize's order: how kernels name the constants they hold in parameters
+    /// ([`crate::kernel::Kernel::consts`]), so the kernel IR names no graph node.
+    pub place: FastMap<NodeId, u32>,
 }
 
 /// What evaluating a node inline costs a kernel.
@@ -99,7 +102,7 @@ pub(super) struct Inlined {
 impl Fusion {
     /// Whether `id` reads from a buffer when used as an operand (it is data, realized, or materialized).
     pub fn is_buffer(&self, graph: &Graph, id: NodeId) -> bool {
-        matches!(graph.node(id).op, Op::Data(_) | Op::Buffer) || self.materialized.contains(&id)
+        matches!(graph.node(id).op, NodeOp::Data(_) | NodeOp::Buffer) || self.materialized.contains(&id)
     }
 }
 
@@ -122,28 +125,31 @@ pub(super) fn materialize(
     forced: &FastSet<NodeId>,
     opts: &Options,
 ) -> Fusion {
-    let mut fusion = Fusion { materialized: FastSet::default(), inlined: FastMap::default() };
+    let place = order.iter().enumerate().map(|(i, &id)| (id, i as u32)).collect();
+    let mut fusion = Fusion { materialized: FastSet::default(), inlined: FastMap::default(), place };
     for &id in order {
         let node = graph.node(id);
         let wants = match node.op {
-            Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) | Op::Gather(..) => {
+            NodeOp::Unary(..) | NodeOp::Binary(..) | NodeOp::Cast(_) | NodeOp::Where(..) | NodeOp::Gather(..) => {
                 !opts.fuse || outputs.contains(&id)
             }
-            Op::Contiguous(_) | Op::Reduce(..) | Op::Matmul(..) => true,
+            NodeOp::Contiguous(_) | NodeOp::Reduce(..) | NodeOp::Matmul(..) => true,
             // Random numbers are recomputed by every reader, like an arange: storing them would cost a buffer
             // and a pass over memory, and dropout's backward regenerates its mask instead of reading it.
-            Op::Const(_) | Op::Arange | Op::Random(..) | Op::View(..) | Op::Cat(..) => outputs.contains(&id),
-            Op::Data(_) | Op::Buffer => false,
+            NodeOp::Const(_) | NodeOp::Arange | NodeOp::Random(..) | NodeOp::View(..) | NodeOp::Cat(..) => {
+                outputs.contains(&id)
+            }
+            NodeOp::Data(_) | NodeOp::Buffer => false,
         };
         let forced_here = forced.contains(&id) && node.op.is_compute();
         if (wants || forced_here) && node.shape.numel() > 0 {
             fusion.materialized.insert(id);
         }
         // A gather reads its source at data-dependent places: from a buffer, which no expression can stand in for.
-        if let Op::Gather(src, ..) = node.op {
+        if let NodeOp::Gather(src, ..) = node.op {
             let src = gathered(graph, src);
             let source = graph.node(src);
-            if !matches!(source.op, Op::Data(_) | Op::Buffer) && source.shape.numel() > 0 {
+            if !matches!(source.op, NodeOp::Data(_) | NodeOp::Buffer) && source.shape.numel() > 0 {
                 fusion.materialized.insert(src);
             }
         }
@@ -169,13 +175,13 @@ pub(super) fn materialize(
                 let src = readable_source(graph, &fusion, *i);
                 let cost = fusion.inlined.get(&src)?;
                 let reads_product =
-                    cost.leaves.iter().any(|l| matches!(graph.node(*l).op, Op::Matmul(..) | Op::Reduce(..)));
+                    cost.leaves.iter().any(|l| matches!(graph.node(*l).op, NodeOp::Matmul(..) | NodeOp::Reduce(..)));
                 (cost.ops > 0 && reads_product && !fusion.is_buffer(graph, src) && graph.node(src).shape.numel() > 0)
                     .then_some(src)
             };
             let heavy = match node.op {
                 // An empty operand (k = 0) is never read: the product is zeros, and nothing empty is stored.
-                Op::Matmul(..) => inputs
+                NodeOp::Matmul(..) => inputs
                     .iter()
                     .copied()
                     .find(|i| {
@@ -199,7 +205,7 @@ pub(super) fn materialize(
                     let mut v = i;
                     while v != h {
                         chain.push(v);
-                        let Op::View(_, src) = graph.node(v).op else { unreachable!("views down to {h:?}") };
+                        let NodeOp::View(_, src) = graph.node(v).op else { unreachable!("views down to {h:?}") };
                         v = src;
                     }
                     for &v in chain.iter().rev() {
@@ -212,7 +218,8 @@ pub(super) fn materialize(
             if this.leaves.len() <= max_inputs && this.ops <= opts.max_ops.max(1) {
                 // An expression several ops read that loads many buffers of its own size (a residual stream, sum
                 // of every layer's output) is stored once rather than loaded again by every reader.
-                let elementwise = matches!(node.op, Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..));
+                let elementwise =
+                    matches!(node.op, NodeOp::Unary(..) | NodeOp::Binary(..) | NodeOp::Cast(_) | NodeOp::Where(..));
                 if elementwise && readers.get(&id).is_some_and(|&r| r >= 2) && node.shape.numel() > 0 {
                     let numel = node.shape.numel();
                     let full = this.leaves.iter().filter(|l| graph.node(**l).shape.numel() == numel).count();
@@ -268,7 +275,7 @@ pub(super) fn materialize(
 /// token embedding gradient gathers the residual stream's gradient `[64, 256, 384]` read as `[16384, 384]`, one
 /// copy a step.
 pub(super) fn gathered(graph: &Graph, mut src: NodeId) -> NodeId {
-    while let Op::View(ref v, under) = graph.node(src).op {
+    while let NodeOp::View(ref v, under) = graph.node(src).op {
         if !v.is_contiguous() || v.shape.numel() != graph.node(under).shape.numel() {
             break;
         }
@@ -277,18 +284,18 @@ pub(super) fn gathered(graph: &Graph, mut src: NodeId) -> NodeId {
     src
 }
 
-/// Buffers of its own size an expression read by more than one op may load and still be inlined into each: past
-/// this, it is stored once and each reader loads one buffer instead. A transformer's residual stream is such an
-/// expression: inlined, every layer norm of nanoGPT's step (forward and backward) loaded each earlier layer's
-/// output again. On the H200 `train_gpt --nanogpt` went from 49.5 to 46.9 ms per step with 2 (1, which stored two
-/// more values, was no faster), the dispatches unchanged.
+/// Buffers of its own size an expression read by more than one op may load and still be inlined into each: past this,
+/// it is stored once and each reader loads one buffer instead. A transformer's residual stream is such an expression:
+/// inlined, every layer norm of nanoGPT's step (forward and backward) loaded each earlier layer's output again. With 2,
+/// `train_gpt --nanogpt` ran markedly faster per step (1, which stored two more values, was no faster), the dispatches
+/// unchanged (figures: docs/notes/source-measurements.md, `src/schedule/fuse.rs`).
 const MAX_SHARED_READS: usize = 2;
 
 /// How many ops read each node, directly or through views (an op reading it twice, as `x * x` does, counts once).
 fn readers(graph: &Graph, order: &[NodeId]) -> FastMap<NodeId, usize> {
     let mut readers: FastMap<NodeId, usize> = FastMap::default();
     for &id in order {
-        if matches!(graph.node(id).op, Op::View(..)) {
+        if matches!(graph.node(id).op, NodeOp::View(..)) {
             continue;
         }
         let mut read: SmallVec<[NodeId; 4]> =
@@ -310,7 +317,7 @@ fn readers(graph: &Graph, order: &[NodeId]) -> FastMap<NodeId, usize> {
 /// nanoGPT's training step, `[16384, 384]` each.
 fn stored_for_view(graph: &Graph, fusion: &Fusion, id: NodeId) -> NodeId {
     let src = readable_source(graph, fusion, id);
-    if matches!(graph.node(src).op, Op::View(..)) || graph.node(src).shape.numel() <= graph.node(id).shape.numel() {
+    if matches!(graph.node(src).op, NodeOp::View(..)) || graph.node(src).shape.numel() <= graph.node(id).shape.numel() {
         src
     } else {
         id
@@ -326,7 +333,7 @@ fn stored_for_view(graph: &Graph, fusion: &Fusion, id: NodeId) -> NodeId {
 fn readable_source(graph: &Graph, fusion: &Fusion, id: NodeId) -> NodeId {
     let mut at = id;
     let mut view = View::contiguous(&graph.node(id).shape);
-    while let Op::View(ref v, src) = graph.node(at).op {
+    while let NodeOp::View(ref v, src) = graph.node(at).op {
         if at != id && fusion.is_buffer(graph, at) {
             return at;
         }
@@ -345,14 +352,14 @@ fn views_reach(graph: &Graph, mut id: NodeId, to: NodeId) -> bool {
         if id == to {
             return true;
         }
-        let Op::View(_, src) = graph.node(id).op else { return false };
+        let NodeOp::View(_, src) = graph.node(id).op else { return false };
         id = src;
     }
 }
 
 /// The node under `id`'s views: what a view reads.
 pub(super) fn view_source(graph: &Graph, mut id: NodeId) -> NodeId {
-    while let Op::View(_, src) = graph.node(id).op {
+    while let NodeOp::View(_, src) = graph.node(id).op {
         id = src;
     }
     id
@@ -363,18 +370,23 @@ fn inlined_cost(graph: &Graph, fusion: &Fusion, id: NodeId) -> Inlined {
     let node = graph.node(id);
     // Views and copies compute nothing; a concatenation costs a comparison per part.
     let own_ops = match node.op {
-        Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) | Op::Reduce(..) | Op::Matmul(..) => 1,
-        Op::Random(..) | Op::Gather(..) => 1,
-        Op::Cat(ref parts, _) => parts.len(),
+        NodeOp::Unary(..)
+        | NodeOp::Binary(..)
+        | NodeOp::Cast(_)
+        | NodeOp::Where(..)
+        | NodeOp::Reduce(..)
+        | NodeOp::Matmul(..) => 1,
+        NodeOp::Random(..) | NodeOp::Gather(..) => 1,
+        NodeOp::Cat(ref parts, _) => parts.len(),
         _ => 0,
     };
     let mut this = Inlined { ops: own_ops, ..Default::default() };
     for i in node.op.inputs() {
         // Read at the node's own index only when the input has the node's shape and is not viewed.
         let own_index = match &node.op {
-            Op::View(v, _) => v.is_contiguous(),
-            Op::Cat(..) | Op::Reduce(..) | Op::Matmul(..) => false,
-            Op::Gather(src, ..) if i == *src => false,
+            NodeOp::View(v, _) => v.is_contiguous(),
+            NodeOp::Cat(..) | NodeOp::Reduce(..) | NodeOp::Matmul(..) => false,
+            NodeOp::Gather(src, ..) if i == *src => false,
             _ => graph.node(i).shape == node.shape,
         };
         if fusion.is_buffer(graph, i) {
@@ -402,7 +414,7 @@ fn inlined_cost(graph: &Graph, fusion: &Fusion, id: NodeId) -> Inlined {
 /// adjacent (every later axis has extent 1) and one pass per row keeps the device busy (no two-stage split).
 fn row_fold(graph: &Graph, id: NodeId) -> Option<(&Shape, usize)> {
     match graph.node(id).op {
-        Op::Reduce(_, x, axis) => {
+        NodeOp::Reduce(_, x, axis) => {
             let domain = &graph.node(x).shape;
             let adjacent = domain.dims()[axis + 1..].iter().all(|&d| d == 1);
             let rows = graph.node(id).shape.numel();
@@ -425,7 +437,7 @@ pub(super) fn group(
     let mut group_of: FastMap<NodeId, usize> = FastMap::default();
     for &id in order.iter().filter(|id| fusion.materialized.contains(id)) {
         let shape = &graph.node(id).shape;
-        let is_head = matches!(graph.node(id).op, Op::Reduce(..) | Op::Matmul(..));
+        let is_head = matches!(graph.node(id).op, NodeOp::Reduce(..) | NodeOp::Matmul(..));
         let Inlined { leaves: deps, strided, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
             if let Some(rows) = joins_rows(graph, g, grp, id, &deps, &group_of, apart) {
@@ -443,7 +455,7 @@ pub(super) fn group(
             // gradient's fold computes in its epilogue). A product's may also take a member of another shape with
             // as many elements that reads it at its own row-major index (through a reshape, below): `conv2d`'s
             // `[N, O, OH OW]` product with its bias, seen as `[N, O, OH, OW]`, then an activation.
-            let reshaped_product = grp.head.is_some_and(|h| matches!(graph.node(h).op, Op::Matmul(..)))
+            let reshaped_product = grp.head.is_some_and(|h| matches!(graph.node(h).op, NodeOp::Matmul(..)))
                 && grp.shape.numel() == shape.numel();
             let reads_group = |grp: &Group| {
                 deps.iter().any(|d| group_of.get(d) == Some(&g) && !strided.contains(d))
@@ -523,11 +535,11 @@ fn joins_rows(
     let node = graph.node(id);
     // A product starts its own kernel, even of the rows' shape and reading a fold of them (a gradient through
     // `x.max_keepdim(1)` and a matmul, a matrix-vector product of a fold): a rows kernel has no phase for it.
-    if matches!(node.op, Op::Matmul(..)) {
+    if matches!(node.op, NodeOp::Matmul(..)) {
         return Some(false);
     }
     let same_rows = match node.op {
-        Op::Reduce(..) => row_fold(graph, id) == Some((domain, axis)),
+        NodeOp::Reduce(..) => row_fold(graph, id) == Some((domain, axis)),
         _ => squeezed(&node.shape) == squeezed(domain),
     };
     if !same_rows {
@@ -537,7 +549,7 @@ fn joins_rows(
         return Some(false);
     }
     // Inside the group it may read folds only (through their broadcast along the rows), and a map must read one.
-    let is_fold = |d: &NodeId| matches!(graph.node(*d).op, Op::Reduce(..));
+    let is_fold = |d: &NodeId| matches!(graph.node(*d).op, NodeOp::Reduce(..));
     let mut reads_fold = false;
     for d in deps {
         if let Some(&dg) = group_of.get(d) {
@@ -548,7 +560,7 @@ fn joins_rows(
         }
     }
     // A fold of the same rows reading none of the group's is a sibling: one more phase over rows already read.
-    Some(reads_fold || matches!(node.op, Op::Reduce(..)))
+    Some(reads_fold || matches!(node.op, NodeOp::Reduce(..)))
 }
 
 /// Whether the group still binds at most `max` buffers with `deps` added (outputs counted as if every member

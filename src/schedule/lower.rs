@@ -12,7 +12,7 @@
 
 use super::fuse::{Fusion, Group};
 use crate::dtype::DType;
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{Graph, NodeId, NodeOp};
 use crate::hash::{FastMap, FastSet};
 use crate::kernel::{Access, CatPart, Frame, Instr, Kernel, Kind, ViewRef};
 use crate::op::{BinaryOp, UnaryOp};
@@ -242,21 +242,21 @@ impl<'a> Lowerer<'a> {
             self.load(id, m)
         } else {
             match &node.op {
-                Op::Const(c) => match self.consts.get(&id) {
+                NodeOp::Const(c) => match self.consts.get(&id) {
                     Some(&at) => self.push(Instr::Scalar(at), dt),
                     None => {
                         let v = self.constant(*c, dt);
                         let at = self.k.params.len() - 1;
-                        self.k.consts.push((at, id));
+                        self.k.consts.push((at, self.fusion.place[&id]));
                         self.consts.insert(id, at);
                         v
                     }
                 },
-                Op::Arange => {
+                NodeOp::Arange => {
                     let view = self.view_of(m);
                     self.push(Instr::Index { view }, dt)
                 }
-                Op::Random(d, lo, hi) => {
+                NodeOp::Random(d, lo, hi) => {
                     // The counter is the element's index in the node's own row-major order, wherever it is read.
                     let view = self.view_of(m);
                     let index = self.push(Instr::Index { view }, DType::I32);
@@ -265,17 +265,17 @@ impl<'a> Lowerer<'a> {
                     self.k.fused_ops += 1;
                     self.push(Instr::Random(*d, index, lo, hi), dt)
                 }
-                Op::Unary(op, a) => {
+                NodeOp::Unary(op, a) => {
                     let a = self.value(*a, m, anchor)?;
                     self.k.fused_ops += 1;
                     self.push(Instr::Unary(*op, a), dt)
                 }
-                Op::Cast(a) => {
+                NodeOp::Cast(a) => {
                     let a = self.value(*a, m, anchor)?;
                     self.k.fused_ops += 1;
                     self.push(Instr::Cast(a), dt)
                 }
-                Op::Binary(op, a, b) => {
+                NodeOp::Binary(op, a, b) => {
                     let mut a = self.operand(*a, &node.shape, m, anchor, fail)?;
                     let mut b = self.operand(*b, &node.shape, m, anchor, fail)?;
                     self.k.fused_ops += 1;
@@ -293,21 +293,21 @@ impl<'a> Lowerer<'a> {
                         }
                     }
                 }
-                Op::Where(c, a, b) => {
+                NodeOp::Where(c, a, b) => {
                     let c = self.operand(*c, &node.shape, m, anchor, fail)?;
                     let a = self.operand(*a, &node.shape, m, anchor, fail)?;
                     let b = self.operand(*b, &node.shape, m, anchor, fail)?;
                     self.k.fused_ops += 1;
                     self.push(Instr::Select(c, a, b), dt)
                 }
-                Op::View(v, src) => {
+                NodeOp::View(v, src) => {
                     let view = m.view.compose(v).ok_or(fail)?;
                     self.value(*src, &Mapping { view, frame: m.frame }, Some(*src))?
                 }
-                Op::Contiguous(src) => self.value(*src, m, anchor)?,
-                Op::Gather(src, index, axis) => self.gather(id, *src, *index, *axis, m, anchor, fail)?,
-                Op::Cat(parts, dim) => self.cat(id, parts, *dim, m, fail)?,
-                Op::Data(_) | Op::Buffer | Op::Reduce(..) | Op::Matmul(..) => {
+                NodeOp::Contiguous(src) => self.value(*src, m, anchor)?,
+                NodeOp::Gather(src, index, axis) => self.gather(id, *src, *index, *axis, m, anchor, fail)?,
+                NodeOp::Cat(parts, dim) => self.cat(id, parts, *dim, m, fail)?,
+                NodeOp::Data(_) | NodeOp::Buffer | NodeOp::Reduce(..) | NodeOp::Matmul(..) => {
                     unreachable!("leaves, folds and products are loads")
                 }
             }

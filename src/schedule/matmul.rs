@@ -6,32 +6,32 @@
 use super::lower::{kernel, GroupCtx, Lowerer};
 use super::reduce::{lower_fold, Fold};
 use crate::dtype::DType;
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{Graph, NodeId, NodeOp};
 use crate::kernel::{Instr, Kernel, Kind, Matmul, MatmulTile, MatmulTiles, Thin};
 use crate::op::{BinaryOp, ReduceOp, Tri};
 use crate::shape::Shape;
 use crate::view::View;
 
 /// Products with at most this many rows or columns of output are thin kernels ([`Thin`]) or folds over k, like
-/// matrix-vector products: a tile would be mostly empty and there would be few of them, each walking all of k
-/// alone. The weight gradient of a 10-class output layer, `h^T @ d` of [1024, 4096] x [4096, 10], took 699 us as a
-/// tiled kernel on the H200 (0.12 TFLOP/s: 16 workgroups of 64 x 64, 10 columns used).
+/// matrix-vector products: a tile would be mostly empty and there would be few of them, each walking all of k alone.
+/// The weight gradient of a 10-class output layer, `h^T @ d` of [1024, 4096] x [4096, 10], ran as a tiled kernel at a
+/// small fraction of the product rate (16 workgroups of 64 x 64, 10 columns used; figures:
+/// docs/notes/source-measurements.md, `src/schedule/matmul.rs`).
 pub(crate) const THIN: usize = crate::kernel::THIN_SIDE;
 
-/// Tiles of 8 x 8 outputs per thread store 16-byte vectors ([`Matmul::quad`]) only where k is at most this: on
-/// the H200 the vector stores took short products 2-40% faster (the attention's `q k^T`, k = 64; nanoGPT's
-/// `[16384, 384] x [384, n]`) but long ones 2-4% slower (4096^3 33.3 -> 32.2 TFLOP/s; k = 1024-1536). Those
-/// threads sit at the driver's 128-register cap, which the epilogue's 4 columns at a time likely tighten for the
-/// main loop. `bench shapes` with the bound at 384 against always: 11.60 / 11.58 ms against 11.79 / 11.76
-/// (docs/matmul.md, "16-byte stores"). The deep large tile (quad fetches, 16 steps of k) stores vectors at any
-/// k: there the bound cost the long products, 10.57 / 10.60 ms against 10.38 / 10.27 with vectors always (the
-/// split-k weight gradients 6-8% faster, 4096^3 36.8 -> 37.5 TFLOP/s).
+/// Tiles of 8 x 8 outputs per thread store 16-byte vectors ([`Matmul::quad`]) only where k is at most this: the vector
+/// stores took short products faster (the attention's `q k^T`, k = 64; nanoGPT's `[16384, 384] x [384, n]`) but long
+/// ones slower (4096^3; k = 1024-1536). Those threads sit at the driver's 128-register cap, which the epilogue's 4
+/// columns at a time likely tighten for the main loop. `bench shapes` ran faster with the bound at 384 than with
+/// vectors always (docs/matmul.md, "16-byte stores"). The deep large tile (quad fetches, 16 steps of k) stores vectors
+/// at any k: there the bound cost the long products, which ran faster with vectors always, the split-k weight gradients
+/// most (figures: docs/notes/source-measurements.md, `src/schedule/matmul.rs`).
 const QUAD_MAX_K: usize = 384;
 
 /// The tile for a product of `batch` matrices of `m` x `n` outputs keeping `tri`; `f16` when both operands are f16,
-/// which run on tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3
-/// (H200, 110 and 118 TFLOP/s against 102 and 99 for 128 x 128; docs/matmul.md), at a cost of about 5% to the
-/// tiled kernel. A triangular product takes the square `tri` tile whatever its shape ([`MatmulTiles::tri`]).
+/// which run on tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3,
+/// ahead of 128 x 128 (docs/matmul.md), at a small cost to the tiled kernel. A triangular product takes the square
+/// `tri` tile whatever its shape ([`MatmulTiles::tri`]).
 pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, tri: Tri, tiles: &MatmulTiles) -> MatmulTile {
     if tri != Tri::Full {
         return tiles.tri;
@@ -41,7 +41,7 @@ pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, tri: Tri,
         return tiles.wide;
     }
     // Thin shapes first: a large tile over 64 columns leaves half its threads' outputs empty (the attention's
-    // `[256, 256] x [256, 64]` ran at 14 TFLOP/s on large tiles, 24 on tall ones).
+    // `[256, 256] x [256, 64]` ran markedly faster on tall tiles than on large ones).
     if n <= 64 && busy(tiles.tall) {
         return tiles.tall;
     }
@@ -58,7 +58,7 @@ pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, tri: Tri,
 pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let graph = cx.graph;
     let mm = cx.grp.members[0];
-    let Op::Matmul(a, b, tri) = graph.node(mm).op else { unreachable!("a matmul group starts with its product") };
+    let NodeOp::Matmul(a, b, tri) = graph.node(mm).op else { unreachable!("a matmul group starts with its product") };
     let out = graph.node(mm).shape.clone();
     let r = out.ndim();
     let (m, n) = (out.dims()[r - 2], out.dims()[r - 1]);
@@ -142,11 +142,12 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     Ok(vec![l.k])
 }
 
-/// The thin kernel for `batch` products of `m x k x n` with at most [`THIN`] outputs along one side, where its
-/// wide operand is contiguous along k or along its wide axis and it makes enough workgroups to fill the device
-/// (half the tiled kernel's `min_large_groups`); otherwise `None`, and the product is a fold. A fold computes each
-/// output alone and so reads the wide operand once per output: on the H200 the two 10-wide products of an MLP's
-/// output layer (`[4096, 1024] x [1024, 10]` and its weight gradient) took 127 us as folds.
+/// The thin kernel for `batch` products of `m x k x n` with at most [`THIN`] outputs along one side, where its wide
+/// operand is contiguous along k or along its wide axis and it makes enough workgroups to fill the device (half the
+/// tiled kernel's `min_large_groups`); otherwise `None`, and the product is a fold. A fold computes each output alone
+/// and so reads the wide operand once per output: the two 10-wide products of an MLP's output layer
+/// (`[4096, 1024] x [1024, 10]` and its weight gradient) were slow as folds (figures:
+/// docs/notes/source-measurements.md, `src/schedule/matmul.rs`).
 fn thin_kernel(
     graph: &Graph,
     (a, b): (NodeId, NodeId),
@@ -262,7 +263,7 @@ fn pick(shape: &Shape, domain: &[usize], axes: &[Option<usize>]) -> View {
 /// stages (the reduce path's chunks), so the GPU fills.
 fn matrix_vector(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let graph = cx.graph;
-    let Op::Matmul(a, b, _) = graph.node(cx.grp.members[0]).op else {
+    let NodeOp::Matmul(a, b, _) = graph.node(cx.grp.members[0]).op else {
         unreachable!("a matmul group starts with its product")
     };
     let (sa, sb) = (graph.node(a).shape.clone(), graph.node(b).shape.clone());

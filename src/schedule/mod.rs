@@ -3,14 +3,15 @@
 
 mod cache;
 mod chunks;
+mod dispatch;
 pub(crate) mod dot;
 mod fuse;
-mod group;
 mod lower;
 mod matmul;
 mod redirect;
 mod reduce;
 mod siblings;
+pub(crate) mod split_k;
 pub mod toposort;
 mod widen;
 
@@ -18,7 +19,8 @@ pub use cache::PlanCache;
 pub use fuse::Options;
 pub(crate) use matmul::THIN;
 
-use crate::graph::{BufferKey, Graph, NodeId, Op};
+use crate::buffer::BufferKey;
+use crate::graph::{Graph, NodeId, NodeOp};
 use crate::hash::{FastMap, FastSet};
 use crate::kernel::{Access, Instr, Kernel};
 use smallvec::SmallVec;
@@ -93,8 +95,8 @@ impl Slots<'_> {
         }
         let node = self.graph.node(id);
         let source = match (&node.op, node.buffer) {
-            (Op::Data(_), _) => Source::Upload,
-            (Op::Buffer, Some(key)) => Source::Existing(key),
+            (NodeOp::Data(_), _) => Source::Upload,
+            (NodeOp::Buffer, Some(key)) => Source::Existing(key),
             _ => Source::Kernel,
         };
         let bytes = node.dtype.bytes(node.shape.numel());
@@ -203,7 +205,7 @@ fn plan_ordered(
                 match g.head {
                     Some(_) if g.rows => kernels.push(reduce::lower_rows(cx)?),
                     None => kernels.push(lower::lower(cx)?),
-                    Some(r) if matches!(graph.node(r).op, Op::Matmul(..)) => kernels.extend(matmul::lower(cx)?),
+                    Some(r) if matches!(graph.node(r).op, NodeOp::Matmul(..)) => kernels.extend(matmul::lower(cx)?),
                     Some(_) => kernels.extend(reduce::lower(cx)?),
                 }
             }
@@ -225,11 +227,11 @@ fn plan_ordered(
         let node = graph.node(id);
         let is_empty = node.shape.numel() == 0;
         match node.op {
-            Op::Data(_) if is_empty => empty.push(id),
-            Op::Data(_) => {
+            NodeOp::Data(_) if is_empty => empty.push(id),
+            NodeOp::Data(_) => {
                 slots.get(id);
             }
-            Op::Buffer => {}
+            NodeOp::Buffer => {}
             _ if is_empty && seen.contains(&id) => empty.push(id),
             _ => {}
         }
@@ -246,7 +248,7 @@ fn plan_ordered(
     let mut kernels = redirect::redirect(seen, &slots.slots, kernels);
     donate(seen, donors, &mut slots.slots, &mut kernels);
     if opts.group {
-        group::join(&mut kernels, opts.max_bindings, opts.workgroup_bytes);
+        dispatch::join(&mut kernels, opts.max_bindings, opts.workgroup_bytes);
     }
 
     // Lifetimes: an intermediate (written, not requested) lives until the last kernel that reads it.
@@ -283,12 +285,12 @@ fn plan_ordered(
     }
 }
 
-/// `kernels` (in an order where each reads only what earlier ones write) ordered by their depth in the graph of
-/// what reads what, stably: a kernel goes right after the last of the kernels it reads, so kernels that do not
-/// depend on each other sit side by side and the GPU runs them together (a layer's weight gradient beside the
-/// gradient of its input, which the depth-first order put at the end of the backward pass). On the H200 nanoGPT's
-/// step went from 37.56 / 37.73 to 37.19 / 37.18 ms; two independent products in one realize take 3-4% less
-/// than one after the other. Buffers' lifetimes are planned on this order.
+/// `kernels` (in an order where each reads only what earlier ones write) ordered by their depth in the graph of what
+/// reads what, stably: a kernel goes right after the last of the kernels it reads, so kernels that do not depend on
+/// each other sit side by side and the GPU runs them together (a layer's weight gradient beside the gradient of its
+/// input, which the depth-first order put at the end of the backward pass). nanoGPT's step ran faster in this order,
+/// and two independent products in one realize take less time than one after the other (figures:
+/// docs/notes/source-measurements.md, `src/schedule/mod.rs`). Buffers' lifetimes are planned on this order.
 fn by_depth(kernels: Vec<Kernel>) -> Vec<Kernel> {
     let depth = depths(&kernels, &writers(&kernels));
     let mut at: Vec<usize> = (0..kernels.len()).collect();
@@ -343,7 +345,12 @@ pub fn donors(graph: &Graph, order: &[NodeId], outputs: &FastSet<NodeId>) -> Fas
             drops.insert(id);
         }
         let node = graph.node(id);
-        if !outputs.contains(&id) && unheld && readers_drop && matches!(node.op, Op::Buffer) && node.buffer.is_some() {
+        if !outputs.contains(&id)
+            && unheld
+            && readers_drop
+            && matches!(node.op, NodeOp::Buffer)
+            && node.buffer.is_some()
+        {
             donors.insert(id);
         }
     }

@@ -2,9 +2,10 @@
 //! permutation, or one part of a concatenation) stores through that layout itself, and the copy goes.
 //!
 //! Attention makes both: its output `[b, heads, t, d]` is copied to `[b, t, heads * d]` for the projection, and its
-//! three input gradients are stacked into the gradient of the fused `q k v` projection. On the H200 those copies
-//! were a kernel each, about 0.35 ms of nanoGPT's step. A product's tiles can as well store each element at its
-//! place in the copy: strides per axis of the product and an offset ([`Kernel::store_view`]).
+//! three input gradients are stacked into the gradient of the fused `q k v` projection. Those copies were a kernel
+//! each, a measurable part of nanoGPT's step (figures: docs/notes/source-measurements.md, `src/schedule/redirect.rs`).
+//! A product's tiles can as well store each element at its place in the copy: strides per axis of the product and an
+//! offset ([`Kernel::store_view`]).
 
 use super::{Slot, Source};
 use crate::dtype::DType;
@@ -159,7 +160,7 @@ fn place(dims: &[usize], extents: &[usize], read: &[i64], strides: &[i64]) -> Op
 mod tests {
     use super::*;
     use crate::graph::build::data;
-    use crate::graph::{Graph, NodeId, Op};
+    use crate::graph::{Graph, NodeId, NodeOp};
     use crate::op::Tri;
     use crate::view::View;
 
@@ -186,14 +187,14 @@ mod tests {
     /// the product with `w`.
     fn heads_of(g: &mut Graph, [b, h, t, d]: [usize; 4], k: usize, tri: Tri) -> (NodeId, NodeId) {
         let (x, y, w) = (data(g, &[b, h, t, k]), data(g, &[b, h, k, d]), data(g, &[h * d, 5]));
-        let p = g.add(Op::Matmul(x, y, tri), Shape::from([b, h, t, d]), DType::F32);
+        let p = g.add(NodeOp::Matmul(x, y, tri), Shape::from([b, h, t, d]), DType::F32);
         let strides = vec![(h * t * d) as isize, d as isize, (t * d) as isize, 1];
         let swapped = View { shape: Shape::from([b, t, h, d]), strides: strides.into(), offset: 0 };
-        let v = g.add(Op::View(swapped, p), Shape::from([b, t, h, d]), DType::F32);
-        let c = g.add(Op::Contiguous(v), Shape::from([b, t, h, d]), DType::F32);
+        let v = g.add(NodeOp::View(swapped, p), Shape::from([b, t, h, d]), DType::F32);
+        let c = g.add(NodeOp::Contiguous(v), Shape::from([b, t, h, d]), DType::F32);
         let flat = Shape::from([b * t, h * d]);
-        let flat = g.add(Op::View(View::contiguous(&flat), c), flat, DType::F32);
-        (c, g.add(Op::Matmul(flat, w, Tri::Full), Shape::from([b * t, 5]), DType::F32))
+        let flat = g.add(NodeOp::View(View::contiguous(&flat), c), flat, DType::F32);
+        (c, g.add(NodeOp::Matmul(flat, w, Tri::Full), Shape::from([b * t, 5]), DType::F32))
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use super::chunks::{chunks, team};
 use super::lower::{kernel, GroupCtx, Lowerer};
 use crate::dtype::DType;
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{Graph, NodeId, NodeOp};
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase, Reduce};
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::shape::Shape;
@@ -13,8 +13,8 @@ use crate::shape::Shape;
 /// The fewest threads per row of a rows kernel, below a subgroup's width: a team within one subgroup folds by
 /// exchanging values between its lanes (`subgroupShuffleXor`, `codegen/reduce.rs`), so a short row needs no more
 /// threads than its 16 elements each: teams of 16 ran nanoGPT's masked softmax over rows of 256 faster than a
-/// subgroup's 32, and 64 or 128 slower still (the figures: docs/notes/benchmarks-log.md, fifth session). 4, not 8,
-/// so that lavapipe's subgroups of 8 run the exchanges in CI too.
+/// subgroup's 32, and 64 or 128 slower still (figures: docs/notes/source-measurements.md, `src/schedule/reduce.rs`).
+/// The floor is 4, not 8, so that lavapipe's subgroups of 8 run the exchanges in CI too.
 const ROWS_TEAM_MIN: usize = 4;
 
 /// A fold to lower: `op` along `axis` of `domain`, folding the value `value` computes per element of the domain.
@@ -31,7 +31,7 @@ pub(super) struct Fold<'f> {
 /// Lowers the group whose first member is a reduce node.
 pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     let graph = cx.graph;
-    let Op::Reduce(op, x, axis) = graph.node(cx.grp.members[0]).op else {
+    let NodeOp::Reduce(op, x, axis) = graph.node(cx.grp.members[0]).op else {
         unreachable!("a reduce group starts with its fold")
     };
     let domain = graph.node(x).shape.clone();
@@ -114,23 +114,23 @@ pub(super) fn lower_fold(cx: GroupCtx, fold: Fold) -> Result<Vec<Kernel>, NodeId
     Ok(vec![first, l.k])
 }
 
-/// Threads that fold one output's partials of a column fold, where there are at least [`COLUMN_TEAM_PARTIALS`]:
-/// a thread alone walks them as a chain of round trips to memory (256 partials, nanoGPT's bias gradients: 11.7
-/// us on the H200), a team of 8 each walks an eighth, neighbouring threads still reading neighbouring columns.
-/// H200, alternated twice in one call: `train_gpt --nanogpt` 46.46 / 46.52 -> 46.34 / 46.21 ms per step; the
-/// column sums of `bench reductions` and the GEMV moved within their noise. (Laying each output's partials out
-/// adjacent and folding them as rows was slower: `x.sum(0)` of `[16384, 384]` 1545 -> 1221 GB/s.)
+/// Threads that fold one output's partials of a column fold, where there are at least [`COLUMN_TEAM_PARTIALS`]: a
+/// thread alone walks them as a chain of round trips to memory (256 partials, nanoGPT's bias gradients), a team of 8
+/// each walks an eighth, neighbouring threads still reading neighbouring columns. `train_gpt --nanogpt` ran slightly
+/// faster per step for it; the column sums of `bench reductions` and the GEMV moved within their noise. (Laying each
+/// output's partials out adjacent and folding them as rows was slower for `x.sum(0)` of `[16384, 384]`; figures:
+/// docs/notes/source-measurements.md, `src/schedule/reduce.rs`.)
 const COLUMN_TEAM: u32 = 8;
 const COLUMN_TEAM_PARTIALS: usize = 32;
 
-/// A column fold cut into at least `ONE_PASS_CHUNKS` chunks (a long axis, few columns: nanoGPT's bias gradients
-/// over 16384 tokens, 170-204 chunks) whose columns make at least `ONE_PASS_GROUPS` workgroups with a team of
+/// A column fold cut into at least `ONE_PASS_CHUNKS` chunks (a long axis, few columns: nanoGPT's bias gradients over
+/// 16384 tokens, 170-204 chunks) whose columns make at least `ONE_PASS_GROUPS` workgroups with a team of
 /// `ONE_PASS_TEAM` threads each runs in one pass: each team walks its column, each thread every 32nd element, 8
-/// neighbouring columns a workgroup (32-byte reads), and meets in a tree; no partials, no second kernel. H200,
-/// alternated twice in one call: `train_gpt --nanogpt` 46.32 / 46.18 -> 46.30 / 46.23 ms, 297 -> 283 dispatches
-/// with teams wherever they made 128 workgroups; this rule takes the `[16384, 1152]` and `[16384, 1536]` bias
-/// gradients, 285 dispatches, 46.16-46.28 ms in a later call. Where the chunks are fewer the two passes stay: the
-/// GEMV `[1, 4096] x [4096, 4096]` (64 chunks) and `x.sum(0)` of `[4096, 4096]` ran up to 8% slower in one pass.
+/// neighbouring columns a workgroup (32-byte reads), and meets in a tree; no partials, no second kernel.
+/// `train_gpt --nanogpt` kept its step time in fewer dispatches, both with teams wherever they made 128 workgroups and
+/// with this rule, which takes the `[16384, 1152]` and `[16384, 1536]` bias gradients. Where the chunks are fewer the
+/// two passes stay: the GEMV `[1, 4096] x [4096, 4096]` (64 chunks) and `x.sum(0)` of `[4096, 4096]` ran slower in one
+/// pass (figures: docs/notes/source-measurements.md, `src/schedule/reduce.rs`).
 const ONE_PASS_CHUNKS: usize = 128;
 const ONE_PASS_GROUPS: usize = 128;
 const ONE_PASS_TEAM: u32 = 32;
@@ -153,7 +153,9 @@ fn folded_value(
 /// Lowers a rows group: its folds and maps, in order, over the rows of the first fold's input.
 pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
     let GroupCtx { graph, fusion, grp, written, slot, .. } = cx;
-    let Op::Reduce(_, x, axis) = graph.node(grp.members[0]).op else { unreachable!("a rows group starts with a fold") };
+    let NodeOp::Reduce(_, x, axis) = graph.node(grp.members[0]).op else {
+        unreachable!("a rows group starts with a fold")
+    };
     let domain = graph.node(x).shape.clone();
     let rows = graph.node(grp.members[0]).shape.numel();
     let mut l = Lowerer::new(graph, fusion, &grp.members, kernel(Kind::Elementwise, &domain, rows), slot);
@@ -169,7 +171,7 @@ pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
         l.set_domain(&domain, None);
         l.current = Some(member);
         let lo = l.k.body.len();
-        if let Op::Reduce(op, input, _) = graph.node(member).op {
+        if let NodeOp::Reduce(op, input, _) = graph.node(member).op {
             let dt = graph.node(input).dtype;
             let value = folded_value(&mut l, &domain, op, dt, &mut |l: &mut Lowerer| l.root(input, &domain))?;
             let output = l.output(member, value, written);
@@ -202,8 +204,8 @@ pub(super) fn lower_rows(cx: GroupCtx) -> Result<Kernel, NodeId> {
 /// ([`Kind::Rows`]'s `online`).
 fn logsumexp_pair(graph: &Graph, max: NodeId, sum: NodeId) -> bool {
     let bare = |id: NodeId| super::fuse::view_source(graph, id);
-    let constant = |id: NodeId, v: f32| matches!(graph.node(bare(id)).op, Op::Const(bits) if bits == v.to_bits());
-    let (Op::Reduce(ReduceOp::Max, x, axis), Op::Reduce(ReduceOp::Sum, e, axis2)) =
+    let constant = |id: NodeId, v: f32| matches!(graph.node(bare(id)).op, NodeOp::Const(bits) if bits == v.to_bits());
+    let (NodeOp::Reduce(ReduceOp::Max, x, axis), NodeOp::Reduce(ReduceOp::Sum, e, axis2)) =
         (&graph.node(max).op, &graph.node(sum).op)
     else {
         return false;
@@ -211,9 +213,9 @@ fn logsumexp_pair(graph: &Graph, max: NodeId, sum: NodeId) -> bool {
     if axis != axis2 || graph.node(*x).dtype != DType::F32 {
         return false;
     }
-    let Op::Unary(UnaryOp::Exp, d) = graph.node(*e).op else { return false };
-    let Op::Binary(BinaryOp::Sub, x2, c) = graph.node(d).op else { return false };
-    let Op::Binary(BinaryOp::Min, c1, hi) = graph.node(bare(c)).op else { return false };
-    let Op::Binary(BinaryOp::Max, m, lo) = graph.node(bare(c1)).op else { return false };
+    let NodeOp::Unary(UnaryOp::Exp, d) = graph.node(*e).op else { return false };
+    let NodeOp::Binary(BinaryOp::Sub, x2, c) = graph.node(d).op else { return false };
+    let NodeOp::Binary(BinaryOp::Min, c1, hi) = graph.node(bare(c)).op else { return false };
+    let NodeOp::Binary(BinaryOp::Max, m, lo) = graph.node(bare(c1)).op else { return false };
     x2 == *x && bare(m) == max && constant(lo, f32::MIN) && constant(hi, f32::MAX)
 }

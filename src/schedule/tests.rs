@@ -86,7 +86,7 @@ fn broadcast_input_is_strided() {
 fn shared_subexpression_is_computed_once_for_two_outputs() {
     let mut g = Graph::default();
     let a = data(&mut g, &[8]);
-    let e = g.add(Op::Unary(UnaryOp::Exp, a), Shape::from([8]), DType::F32);
+    let e = g.add(NodeOp::Unary(UnaryOp::Exp, a), Shape::from([8]), DType::F32);
     let x = bin(&mut g, BinaryOp::Add, e, a);
     let y = bin(&mut g, BinaryOp::Mul, e, a);
     let p = plan(&g, &[x, y], &FUSE);
@@ -118,7 +118,7 @@ fn too_many_buffers_split_the_kernel() {
 fn outputs_of_different_shapes_load_each_other() {
     let mut g = Graph::default();
     let a = data(&mut g, &[3]);
-    let small = g.add(Op::Unary(UnaryOp::Exp, a), Shape::from([3]), DType::F32);
+    let small = g.add(NodeOp::Unary(UnaryOp::Exp, a), Shape::from([3]), DType::F32);
     let big_in = data(&mut g, &[4, 3]);
     let big = bin(&mut g, BinaryOp::Mul, big_in, small);
     let p = plan(&g, &[big, small], &FUSE);
@@ -157,7 +157,7 @@ fn kernels_of_one_structure_share_a_pipeline_key() {
     assert_ne!(k1.params, k2.params);
     assert_eq!(crate::backend::wgpu::codegen::Key::of(k1, &t), crate::backend::wgpu::codegen::Key::of(k2, &t));
     assert_eq!(crate::backend::wgpu::codegen::generate(k1, &t), crate::backend::wgpu::codegen::generate(k2, &t));
-    let e = g.add(Op::Unary(UnaryOp::Exp, big), Shape::from([100_000]), DType::F32);
+    let e = g.add(NodeOp::Unary(UnaryOp::Exp, big), Shape::from([100_000]), DType::F32);
     let p3 = plan(&g, &[e], &FUSE);
     assert_ne!(
         crate::backend::wgpu::codegen::Key::of(&p3.kernels[0], &t),
@@ -169,7 +169,7 @@ fn kernels_of_one_structure_share_a_pipeline_key() {
 fn matmul(g: &mut Graph, m: usize, k: usize, n: usize) -> (NodeId, NodeId, NodeId) {
     let x = data(g, &[m, k]);
     let w = data(g, &[k, n]);
-    let p = g.add(Op::Matmul(x, w, Tri::Full), Shape::from([m, n]), DType::F32);
+    let p = g.add(NodeOp::Matmul(x, w, Tri::Full), Shape::from([m, n]), DType::F32);
     (x, w, p)
 }
 
@@ -202,7 +202,7 @@ fn f32_products_of_whole_column_quads_store_16_byte_vectors() {
     let mut g = Graph::default();
     let (_, _, p) = matmul(&mut g, 70, 30, 132);
     let zero = scalar(&mut g, 0.0);
-    let mask = g.add(Op::Binary(BinaryOp::Gt, p, zero), Shape::from([70, 132]), DType::Bool);
+    let mask = g.add(NodeOp::Binary(BinaryOp::Gt, p, zero), Shape::from([70, 132]), DType::Bool);
     assert!(!quad_of(&g, &[p, mask]).0);
     // 8 x 8 outputs per thread (the large tile: 2048^2 outputs make 256 of them) only up to QUAD_MAX_K, but the
     // deep large tile (both operands fetched as quads, k a multiple of 16) and the small tile at any k.
@@ -236,16 +236,16 @@ fn every_blocking_compiles_on_every_fetch_path() {
                     let (x, w, p) = matmul(&mut g, m, k, n);
                     let out = if transposed {
                         let xt = g.add(
-                            Op::View(View::contiguous(&Shape::from([m, k])).permute(&[1, 0]), x),
+                            NodeOp::View(View::contiguous(&Shape::from([m, k])).permute(&[1, 0]), x),
                             Shape::from([k, m]),
                             DType::F32,
                         );
                         let wt = g.add(
-                            Op::View(View::contiguous(&Shape::from([k, n])).permute(&[1, 0]), w),
+                            NodeOp::View(View::contiguous(&Shape::from([k, n])).permute(&[1, 0]), w),
                             Shape::from([n, k]),
                             DType::F32,
                         );
-                        g.add(Op::Matmul(wt, xt, Tri::Full), Shape::from([n, m]), DType::F32)
+                        g.add(NodeOp::Matmul(wt, xt, Tri::Full), Shape::from([n, m]), DType::F32)
                     } else {
                         p
                     };
@@ -276,13 +276,13 @@ fn operands_of_even_products_are_fetched_as_aligned_quads() {
     };
     let view = |g: &mut Graph, x: NodeId, v: View| {
         let shape = v.shape.clone();
-        g.add(Op::View(v, x), shape, DType::F32)
+        g.add(NodeOp::View(v, x), shape, DType::F32)
     };
     // `x x^T`: both operands read one buffer (as q and k of an attention), both as quads, bound once as vectors.
     let mut g = Graph::default();
     let x = data(&mut g, &[2048, 64]);
     let xt = view(&mut g, x, View::contiguous(&Shape::from([2048, 64])).permute(&[1, 0]));
-    let p = g.add(Op::Matmul(x, xt, Tri::Full), Shape::from([2048, 2048]), DType::F32);
+    let p = g.add(NodeOp::Matmul(x, xt, Tri::Full), Shape::from([2048, 2048]), DType::F32);
     assert_eq!(flags(&g, p), (true, true, vec![true]));
     // A starts one element into its buffer: its quads would not be 16-byte aligned, so A goes element by element
     // and B, another buffer, still by quads.
@@ -292,7 +292,7 @@ fn operands_of_even_products_are_fetched_as_aligned_quads() {
     v.offset = 1;
     let a = view(&mut g, x, v);
     let w = data(&mut g, &[64, 2048]);
-    let p = g.add(Op::Matmul(a, w, Tri::Full), Shape::from([2048, 2048]), DType::F32);
+    let p = g.add(NodeOp::Matmul(a, w, Tri::Full), Shape::from([2048, 2048]), DType::F32);
     assert_eq!(flags(&g, p), (false, true, vec![false, true]));
     let Kind::Matmul(mm) = plan(&g, &[p], &FUSE).kernels[0].kind else { panic!("a product") };
     assert_eq!(mm.tile, crate::kernel::MatmulTiles::TUNED.large, "one operand by quads: the 8-deep large tile");
@@ -300,7 +300,7 @@ fn operands_of_even_products_are_fetched_as_aligned_quads() {
     let mut g = Graph::default();
     let (x, w, _) = matmul(&mut g, 2048, 64, 2048);
     let rx = un(&mut g, UnaryOp::Relu, x);
-    let p = g.add(Op::Matmul(rx, w, Tri::Full), Shape::from([2048, 2048]), DType::F32);
+    let p = g.add(NodeOp::Matmul(rx, w, Tri::Full), Shape::from([2048, 2048]), DType::F32);
     assert_eq!(flags(&g, p), (false, true, vec![false, true]));
 }
 
@@ -310,12 +310,13 @@ fn f16_operands_are_whole_octets_only_where_every_octet_is_aligned() {
     // A of an f16 product starting `offset` halves into its buffer; B plain.
     let octets = |offset: usize, k: usize| {
         let mut g = Graph::default();
-        let x = g.add(Op::Data(vec![0; (1024 * k + offset).div_ceil(2)]), Shape::from([1024 * k + offset]), DType::F16);
+        let x =
+            g.add(NodeOp::Data(vec![0; (1024 * k + offset).div_ceil(2)]), Shape::from([1024 * k + offset]), DType::F16);
         let mut v = View::contiguous(&Shape::from([1024, k]));
         v.offset = offset as isize;
-        let a = g.add(Op::View(v, x), Shape::from([1024, k]), DType::F16);
-        let w = g.add(Op::Data(vec![0; k * 512]), Shape::from([k, 1024]), DType::F16);
-        let p = g.add(Op::Matmul(a, w, Tri::Full), Shape::from([1024, 1024]), DType::F16);
+        let a = g.add(NodeOp::View(v, x), Shape::from([1024, k]), DType::F16);
+        let w = g.add(NodeOp::Data(vec![0; k * 512]), Shape::from([k, 1024]), DType::F16);
+        let p = g.add(NodeOp::Matmul(a, w, Tri::Full), Shape::from([1024, 1024]), DType::F16);
         let Kind::Matmul(mm) = plan(&g, &[p], &FUSE).kernels[0].kind else { panic!("a product") };
         (mm.octets_a, mm.octets_b)
     };
@@ -332,10 +333,10 @@ fn matmul_takes_its_epilogue_and_cheap_prologues() {
     let mut g = Graph::default();
     let (x, w, _) = matmul(&mut g, 64, 32, 48);
     let bias = data(&mut g, &[48]);
-    let rx = g.add(Op::Unary(UnaryOp::Relu, x), Shape::from([64, 32]), DType::F32);
-    let p = g.add(Op::Matmul(rx, w, Tri::Full), Shape::from([64, 48]), DType::F32);
+    let rx = g.add(NodeOp::Unary(UnaryOp::Relu, x), Shape::from([64, 32]), DType::F32);
+    let p = g.add(NodeOp::Matmul(rx, w, Tri::Full), Shape::from([64, 48]), DType::F32);
     let y = bin(&mut g, BinaryOp::Add, p, bias);
-    let y = g.add(Op::Unary(UnaryOp::Gelu, y), Shape::from([64, 48]), DType::F32);
+    let y = g.add(NodeOp::Unary(UnaryOp::Gelu, y), Shape::from([64, 48]), DType::F32);
     let pl = plan(&g, &[y], &FUSE);
     assert_eq!(pl.kernels.len(), 1);
     let k = &pl.kernels[0];
@@ -347,9 +348,9 @@ fn matmul_takes_its_epilogue_and_cheap_prologues() {
     // An expensive operand is stored first.
     let mut heavy = x;
     for op in [UnaryOp::Exp, UnaryOp::Sin, UnaryOp::Cos] {
-        heavy = g.add(Op::Unary(op, heavy), Shape::from([64, 32]), DType::F32);
+        heavy = g.add(NodeOp::Unary(op, heavy), Shape::from([64, 32]), DType::F32);
     }
-    let p = g.add(Op::Matmul(heavy, w, Tri::Full), Shape::from([64, 48]), DType::F32);
+    let p = g.add(NodeOp::Matmul(heavy, w, Tri::Full), Shape::from([64, 48]), DType::F32);
     let pl = plan(&g, &[p], &FUSE);
     assert_eq!(pl.kernels.len(), 2);
     assert_eq!(pl.kernels[0].kind, crate::kernel::Kind::Elementwise);
@@ -362,18 +363,18 @@ fn a_reshape_of_the_product_joins_its_epilogue() {
     let w = data(&mut g, &[2, 24, 32]);
     let cols = data(&mut g, &[2, 32, 36]);
     let bias = data(&mut g, &[24, 1]);
-    let p = g.add(Op::Matmul(w, cols, Tri::Full), Shape::from([2, 24, 36]), DType::F32);
+    let p = g.add(NodeOp::Matmul(w, cols, Tri::Full), Shape::from([2, 24, 36]), DType::F32);
     let y = bin(&mut g, BinaryOp::Add, p, bias);
     let image = Shape::from([2, 24, 6, 6]);
-    let v = g.add(Op::View(View::contiguous(&image), y), image.clone(), DType::F32);
-    let r = g.add(Op::Unary(UnaryOp::Relu, v), image.clone(), DType::F32);
+    let v = g.add(NodeOp::View(View::contiguous(&image), y), image.clone(), DType::F32);
+    let r = g.add(NodeOp::Unary(UnaryOp::Relu, v), image.clone(), DType::F32);
     let pl = plan(&g, &[r], &FUSE);
     assert_eq!(pl.kernels.len(), 1, "bias and relu in the product's epilogue");
     assert!(matches!(pl.kernels[0].kind, crate::kernel::Kind::Matmul(_)));
     // Read through anything but a reshape (a transpose of the image), it starts a kernel of its own.
     let t = View::contiguous(&image).permute(&[0, 1, 3, 2]);
-    let vt = g.add(Op::View(t, v), image.clone(), DType::F32);
-    let rt = g.add(Op::Unary(UnaryOp::Relu, vt), image, DType::F32);
+    let vt = g.add(NodeOp::View(t, v), image.clone(), DType::F32);
+    let rt = g.add(NodeOp::Unary(UnaryOp::Relu, vt), image, DType::F32);
     assert_eq!(plan(&g, &[rt], &FUSE).kernels.len(), 2);
 }
 
@@ -412,7 +413,7 @@ fn thin_products_with_enough_work_hold_the_narrow_side_in_registers() {
     let t = |g: &mut Graph, x: NodeId| {
         let d = g.node(x).shape.dims().to_vec();
         let v = View::contiguous(&Shape::from(d.clone())).permute(&[1, 0]);
-        g.add(Op::View(v, x), Shape::from([d[1], d[0]]), DType::F32)
+        g.add(NodeOp::View(v, x), Shape::from([d[1], d[0]]), DType::F32)
     };
     let mut g = Graph::default();
     // An MLP's 10-class output layer, batch 4096: the forward `h @ w^T` and the weight gradient `g^T @ h`.
@@ -420,35 +421,38 @@ fn thin_products_with_enough_work_hold_the_narrow_side_in_registers() {
     let w = data(&mut g, &[10, 1024]);
     let grad = data(&mut g, &[4096, 10]);
     let (wt, gt) = (t(&mut g, w), t(&mut g, grad));
-    let fwd = g.add(Op::Matmul(h, wt, Tri::Full), Shape::from([4096, 10]), DType::F32);
+    let fwd = g.add(NodeOp::Matmul(h, wt, Tri::Full), Shape::from([4096, 10]), DType::F32);
     assert_eq!(thin_of(&g, fwd), Some(Thin { columns: true, team: true, narrow: 10 }), "A's rows walked by teams");
-    let dw = g.add(Op::Matmul(gt, h, Tri::Full), Shape::from([10, 1024]), DType::F32);
+    let dw = g.add(NodeOp::Matmul(gt, h, Tri::Full), Shape::from([10, 1024]), DType::F32);
     assert_eq!(thin_of(&g, dw), None, "4 workgroups of columns: a fold (the API cuts k first)");
     // Cut into 64 slices of k, as `Tensor::matmul` does: B's columns walked by a thread each.
     let g3 = {
         let v = View::contiguous(&Shape::from([10, 64, 64])).permute(&[1, 0, 2]);
-        let flat =
-            g.add(Op::View(View::contiguous(&Shape::from([10, 64, 64])), gt), Shape::from([10, 64, 64]), DType::F32);
-        g.add(Op::View(v, flat), Shape::from([64, 10, 64]), DType::F32)
+        let flat = g.add(
+            NodeOp::View(View::contiguous(&Shape::from([10, 64, 64])), gt),
+            Shape::from([10, 64, 64]),
+            DType::F32,
+        );
+        g.add(NodeOp::View(v, flat), Shape::from([64, 10, 64]), DType::F32)
     };
     let h3 =
-        g.add(Op::View(View::contiguous(&Shape::from([64, 64, 1024])), h), Shape::from([64, 64, 1024]), DType::F32);
-    let dw3 = g.add(Op::Matmul(g3, h3, Tri::Full), Shape::from([64, 10, 1024]), DType::F32);
+        g.add(NodeOp::View(View::contiguous(&Shape::from([64, 64, 1024])), h), Shape::from([64, 64, 1024]), DType::F32);
+    let dw3 = g.add(NodeOp::Matmul(g3, h3, Tri::Full), Shape::from([64, 10, 1024]), DType::F32);
     assert_eq!(thin_of(&g, dw3), Some(Thin { columns: false, team: false, narrow: 10 }));
     // The input gradient's transpose, `h^T @ g`, and a product whose wide operand is contiguous along k.
     let ht = t(&mut g, h);
     let g64 = data(&mut g, &[4096, 16]);
-    let dh = g.add(Op::Matmul(ht, g64, Tri::Full), Shape::from([1024, 16]), DType::F32);
+    let dh = g.add(NodeOp::Matmul(ht, g64, Tri::Full), Shape::from([1024, 16]), DType::F32);
     assert_eq!(thin_of(&g, dh), None, "4 workgroups");
     let big = data(&mut g, &[8192, 4096]);
     let bigt = t(&mut g, big);
     let few = data(&mut g, &[3, 4096]);
-    let rows_team = g.add(Op::Matmul(few, bigt, Tri::Full), Shape::from([3, 8192]), DType::F32);
+    let rows_team = g.add(NodeOp::Matmul(few, bigt, Tri::Full), Shape::from([3, 8192]), DType::F32);
     assert_eq!(thin_of(&g, rows_team), Some(Thin { columns: false, team: true, narrow: 3 }));
     let tall = data(&mut g, &[4096, 32768]);
     let tallt = t(&mut g, tall);
     let x = data(&mut g, &[4096, 3]);
-    let cols_walk = g.add(Op::Matmul(tallt, x, Tri::Full), Shape::from([32768, 3]), DType::F32);
+    let cols_walk = g.add(NodeOp::Matmul(tallt, x, Tri::Full), Shape::from([32768, 3]), DType::F32);
     assert_eq!(thin_of(&g, cols_walk), Some(Thin { columns: true, team: false, narrow: 3 }));
 }
 
@@ -472,7 +476,7 @@ fn a_product_reading_a_row_fold_is_not_a_phase_of_its_rows_kernel() {
     let w = data(&mut g, &[48, 48]);
     let m = fold(&mut g, crate::op::ReduceOp::Max, x, 1);
     let scaled = bin(&mut g, BinaryOp::Mul, x, m);
-    let p = g.add(Op::Matmul(scaled, w, Tri::Full), Shape::from([32, 48]), DType::F32);
+    let p = g.add(NodeOp::Matmul(scaled, w, Tri::Full), Shape::from([32, 48]), DType::F32);
     let d = bin(&mut g, BinaryOp::Sub, x, m);
     let out = bin(&mut g, BinaryOp::Add, d, p);
     let pl = plan(&g, &[out], &FUSE);
@@ -581,9 +585,9 @@ fn logsumexps_two_folds_are_marked_for_one_pass() {
 fn large_kernels_of_16_bit_elements_take_two_vectors_per_thread() {
     let plan_of = |dt: DType, n: usize| {
         let mut g = Graph::default();
-        let a = g.add(Op::Data(vec![0; n]), Shape::from([n]), dt);
-        let b = g.add(Op::Data(vec![0; n]), Shape::from([n]), dt);
-        let s = g.add(Op::Binary(BinaryOp::Add, a, b), Shape::from([n]), dt);
+        let a = g.add(NodeOp::Data(vec![0; n]), Shape::from([n]), dt);
+        let b = g.add(NodeOp::Data(vec![0; n]), Shape::from([n]), dt);
+        let s = g.add(NodeOp::Binary(BinaryOp::Add, a, b), Shape::from([n]), dt);
         plan(&g, &[s], &FUSE)
     };
     for dt in [DType::BF16, DType::F16] {
@@ -681,13 +685,14 @@ fn a_reshaped_expensive_operand_is_stored_at_its_source_not_copied() {
         y = un(&mut g, op, y);
     }
     let flat = Shape::from([64, 32]);
-    let v = g.add(Op::View(View::contiguous(&g.node(y).shape.clone()).reshape(&flat).unwrap(), y), flat, DType::F32);
+    let v =
+        g.add(NodeOp::View(View::contiguous(&g.node(y).shape.clone()).reshape(&flat).unwrap(), y), flat, DType::F32);
     let w = data(&mut g, &[32, 48]);
-    let out = g.add(Op::Matmul(v, w, Tri::Full), Shape::from([64, 48]), DType::F32);
+    let out = g.add(NodeOp::Matmul(v, w, Tri::Full), Shape::from([64, 48]), DType::F32);
     let vt = View::contiguous(&Shape::from([64, 32])).permute(&[1, 0]);
-    let t = g.add(Op::View(vt, v), Shape::from([32, 64]), DType::F32);
+    let t = g.add(NodeOp::View(vt, v), Shape::from([32, 64]), DType::F32);
     let d = data(&mut g, &[64, 48]);
-    let grad = g.add(Op::Matmul(t, d, Tri::Full), Shape::from([32, 48]), DType::F32);
+    let grad = g.add(NodeOp::Matmul(t, d, Tri::Full), Shape::from([32, 48]), DType::F32);
     let p = plan(&g, &[out, grad], &FUSE);
     let kinds: Vec<String> = p.kernels.iter().map(|k| k.name()).collect();
     assert_eq!(p.kernels.len(), 3, "the rows kernel, then the two products: no copy of its view: {kinds:?}");
@@ -704,9 +709,9 @@ fn a_reshaped_expensive_operand_is_stored_at_its_source_not_copied() {
         strides: crate::view::contiguous_strides(&Shape::from([64, 32])),
         offset: 0,
     };
-    let v = g.add(Op::View(part, y), Shape::from([32, 32]), DType::F32);
+    let v = g.add(NodeOp::View(part, y), Shape::from([32, 32]), DType::F32);
     let w = data(&mut g, &[32, 48]);
-    let out = g.add(Op::Matmul(v, w, Tri::Full), Shape::from([32, 48]), DType::F32);
+    let out = g.add(NodeOp::Matmul(v, w, Tri::Full), Shape::from([32, 48]), DType::F32);
     let p = plan(&g, &[out], &FUSE);
     assert_eq!(p.kernels[0].shape.dims(), &[32, 32], "the 32 rows read, not all 64");
 }
@@ -722,9 +727,10 @@ fn an_operand_view_wanted_itself_is_stored_once() {
         y = un(&mut g, op, y);
     }
     let flat = Shape::from([64, 32]);
-    let v = g.add(Op::View(View::contiguous(&g.node(y).shape.clone()).reshape(&flat).unwrap(), y), flat, DType::F32);
+    let v =
+        g.add(NodeOp::View(View::contiguous(&g.node(y).shape.clone()).reshape(&flat).unwrap(), y), flat, DType::F32);
     let w = data(&mut g, &[32, 48]);
-    let out = g.add(Op::Matmul(v, w, Tri::Full), Shape::from([64, 48]), DType::F32);
+    let out = g.add(NodeOp::Matmul(v, w, Tri::Full), Shape::from([64, 48]), DType::F32);
     let p = plan(&g, &[out, v], &FUSE);
     let names: Vec<String> = p.kernels.iter().map(|k| k.name()).collect();
     assert_eq!(p.kernels.len(), 2, "{names:?}");
@@ -736,7 +742,7 @@ fn a_matrix_is_transposed_when_read_down_its_columns() {
     let m = data(&mut g, &[8, 5]);
     let view = |g: &mut Graph, v: View, src: NodeId| {
         let shape = v.shape.clone();
-        g.add(Op::View(v, src), shape, DType::F32)
+        g.add(NodeOp::View(v, src), shape, DType::F32)
     };
     let t = view(&mut g, View::contiguous(&Shape::from([8, 5])).permute(&[1, 0]), m);
     assert!(g.transposed(t));

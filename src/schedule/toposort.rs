@@ -29,7 +29,7 @@ pub fn toposort(graph: &Graph, roots: &[NodeId]) -> Vec<NodeId> {
 mod tests {
     use super::*;
     use crate::dtype::DType;
-    use crate::graph::Op;
+    use crate::graph::NodeOp;
     use crate::op::{BinaryOp, UnaryOp};
     use crate::shape::Shape;
 
@@ -37,10 +37,10 @@ mod tests {
     fn diamond_is_ordered_once() {
         let mut g = Graph::default();
         let s = || Shape::from([3]);
-        let a = g.add(Op::Data(vec![0; 3]), s(), DType::F32);
-        let b = g.add(Op::Unary(UnaryOp::Exp, a), s(), DType::F32);
-        let c = g.add(Op::Unary(UnaryOp::Sin, a), s(), DType::F32);
-        let d = g.add(Op::Binary(BinaryOp::Add, b, c), s(), DType::F32);
+        let a = g.add(NodeOp::Data(vec![0; 3]), s(), DType::F32);
+        let b = g.add(NodeOp::Unary(UnaryOp::Exp, a), s(), DType::F32);
+        let c = g.add(NodeOp::Unary(UnaryOp::Sin, a), s(), DType::F32);
+        let d = g.add(NodeOp::Binary(BinaryOp::Add, b, c), s(), DType::F32);
         let order = toposort(&g, &[d, b]);
         assert_eq!(order.len(), 4);
         let pos = |n| order.iter().position(|&x| x == n).unwrap();
@@ -50,9 +50,9 @@ mod tests {
     #[test]
     fn long_chain_does_not_overflow() {
         let mut g = Graph::default();
-        let mut x = g.add(Op::Data(vec![0; 1]), Shape::from([1]), DType::F32);
+        let mut x = g.add(NodeOp::Data(vec![0; 1]), Shape::from([1]), DType::F32);
         for _ in 0..100_000 {
-            x = g.add(Op::Unary(UnaryOp::Neg, x), Shape::from([1]), DType::F32);
+            x = g.add(NodeOp::Unary(UnaryOp::Neg, x), Shape::from([1]), DType::F32);
         }
         assert_eq!(toposort(&g, &[x]).len(), 100_001);
     }

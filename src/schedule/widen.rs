@@ -112,8 +112,8 @@ impl Lowerer<'_> {
         for (input, ok) in k.inputs.iter_mut().zip(vector_ok) {
             input.1 = ok;
         }
-        // A thread's vector of 16-bit elements is 8 bytes a load: two of them put as many bytes in flight as one
-        // vector of f32 (bf16 chain3 at 2^26 on the H200: 0.60 of f32's time to 0.55, docs/BENCHMARKS.md).
+        // A thread's vector of 16-bit elements is 8 bytes a load: two of them put as many bytes in flight as one vector
+        // of f32 (bf16 chain3 then took a smaller share of f32's time, docs/BENCHMARKS.md).
         let half = k.in_types.iter().chain(&k.out_types).all(|t| t.size_in_bytes() <= 2);
         if wide && half && k.tiles.is_empty() && numel >= TWO_VECTORS_MIN {
             k.vectors = 2;

@@ -3,7 +3,7 @@
 use crate::dtype::{DType, Scalar};
 use crate::error::ok;
 use crate::error::{Error, Result};
-use crate::graph::Op;
+use crate::graph::NodeOp;
 use crate::op::BinaryOp;
 use crate::tensor::Tensor;
 
@@ -147,7 +147,7 @@ impl Tensor {
         let shape =
             shape.broadcast(&f.shape).ok_or_else(|| Error::Broadcast { op, lhs: shape, rhs: f.shape.clone() })?;
         let (t, f) = (t.cast_to(dt), f.cast_to(dt));
-        let out = Tensor::from_op(&self.device, Op::Where(self.id, t.id, f.id), shape, dt);
+        let out = Tensor::from_op(&self.device, NodeOp::Where(self.id, t.id, f.id), shape, dt);
         Ok(crate::autograd::record(out, &[self, &t, &f], |_| crate::autograd::Rule::Where {
             mask: self.detach(),
             t: t.shape.clone(),

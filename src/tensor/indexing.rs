@@ -9,7 +9,7 @@ use crate::autograd::{record, Rule};
 use crate::dtype::DType;
 use crate::error::ok;
 use crate::error::{Error, Result};
-use crate::graph::Op;
+use crate::graph::NodeOp;
 use crate::shape::Shape;
 use crate::tensor::dim::Dim;
 use crate::tensor::Tensor;
@@ -90,7 +90,7 @@ impl Tensor {
         let out = if self.shape.dims()[axis] == 0 || index.numel() == 0 {
             Tensor::full_lane(index.shape.clone(), 0, self.dtype, &self.device)
         } else {
-            Tensor::from_op(&self.device, Op::Gather(self.id, index.id, axis), index.shape.clone(), self.dtype)
+            Tensor::from_op(&self.device, NodeOp::Gather(self.id, index.id, axis), index.shape.clone(), self.dtype)
         };
         let line = line.cloned();
         record(out, &[self], |_| Rule::Gather { axis, index: index.clone(), line, from: self.shape.clone() })

@@ -14,13 +14,14 @@ pub(crate) mod ops;
 pub(crate) mod random;
 pub(crate) mod read;
 pub(crate) mod reductions;
+pub(crate) mod seam;
 pub(crate) mod segments;
 pub(crate) mod views;
 
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::{NodeId, Op};
+use crate::graph::{NodeId, NodeOp};
 use crate::shape::Shape;
 use crate::tensor::element::Element;
 use std::fmt;
@@ -52,7 +53,7 @@ pub struct Tensor {
 
 impl Tensor {
     /// Wraps a new node of `device`'s graph.
-    pub(crate) fn from_op(device: &Device, op: Op, shape: Shape, dtype: DType) -> Tensor {
+    pub(crate) fn from_op(device: &Device, op: NodeOp, shape: Shape, dtype: DType) -> Tensor {
         let node_shape = shape.clone();
         let id = device.add_node(|g| g.add(op, node_shape, dtype));
         Tensor { id, shape, dtype, device: device.clone(), tape: None }
@@ -88,7 +89,7 @@ impl Tensor {
             data.len(),
             shape.numel()
         );
-        Tensor::from_op(device, Op::Data(T::into_words(data)), shape, T::DTYPE)
+        Tensor::from_op(device, NodeOp::Data(T::into_words(data)), shape, T::DTYPE)
     }
 
     /// A tensor holding a copy of `data` on the default device.
@@ -117,12 +118,12 @@ impl Tensor {
 
     /// [`Tensor::full`] on `device`.
     pub fn full_on<T: Element>(shape: impl Into<Shape>, value: T, device: &Device) -> Tensor {
-        Tensor::from_op(device, Op::Const(value.to_lane()), shape.into(), T::DTYPE)
+        Tensor::from_op(device, NodeOp::Const(value.to_lane()), shape.into(), T::DTYPE)
     }
 
     /// `value` (a lane of `dtype`) everywhere.
     pub(crate) fn full_lane(shape: impl Into<Shape>, lane: u32, dtype: DType, device: &Device) -> Tensor {
-        Tensor::from_op(device, Op::Const(lane), shape.into(), dtype)
+        Tensor::from_op(device, NodeOp::Const(lane), shape.into(), dtype)
     }
 
     /// Zeros (f32).
@@ -162,7 +163,7 @@ impl Tensor {
 
     /// [`Tensor::arange`] on `device`.
     pub fn arange_on(n: usize, device: &Device) -> Tensor {
-        Tensor::from_op(device, Op::Arange, Shape::from([n]), DType::I32)
+        Tensor::from_op(device, NodeOp::Arange, Shape::from([n]), DType::I32)
     }
 
     /// A tensor of shape `[]` holding `value`.
@@ -202,7 +203,7 @@ impl Tensor {
 
     /// Whether the value is already in a device buffer (realized or uploaded).
     pub fn is_realized(&self) -> bool {
-        matches!(self.device.state().graph.node(self.id).op, Op::Buffer)
+        matches!(self.device.state().graph.node(self.id).op, NodeOp::Buffer)
     }
 
     /// Computes the tensor into a device buffer without reading it back: at most one submit, none while the GPU is
@@ -236,7 +237,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         let words = self.device.read(&[self.id])?.pop().expect("one output");
-        Ok(Tensor::from_op(device, Op::Data(words), self.shape.clone(), self.dtype))
+        Ok(Tensor::from_op(device, NodeOp::Data(words), self.shape.clone(), self.dtype))
     }
 }
 

@@ -5,7 +5,7 @@ use crate::autograd::{record, Rule};
 use crate::dtype::{Class, DType, Scalar};
 use crate::error::ok;
 use crate::error::{Error, Result};
-use crate::graph::Op;
+use crate::graph::NodeOp;
 use crate::op::{BinaryOp, UnaryOp};
 use crate::tensor::Tensor;
 use std::borrow::Borrow;
@@ -25,7 +25,7 @@ impl Tensor {
         if self.dtype == dt {
             return self.clone();
         }
-        let out = Tensor::from_op(&self.device, Op::Cast(self.id), self.shape.clone(), dt);
+        let out = Tensor::from_op(&self.device, NodeOp::Cast(self.id), self.shape.clone(), dt);
         record(out, &[self], |_| Rule::Cast { from: self.dtype })
     }
 
@@ -50,7 +50,7 @@ impl Tensor {
         }
         let out = if op.is_compare() { DType::Bool } else { dt };
         let (a, b) = (self.cast_to(dt), rhs.cast_to(dt));
-        let out = Tensor::from_op(&self.device, Op::Binary(op, a.id, b.id), shape, out);
+        let out = Tensor::from_op(&self.device, NodeOp::Binary(op, a.id, b.id), shape, out);
         Ok(record(out, &[&a, &b], |y| Rule::Binary { op, a: a.saved(), b: b.saved(), y }))
     }
 
@@ -70,7 +70,7 @@ impl Tensor {
             return Err(Error::DType { op: op.name(), message: format!("not defined on {} tensors", self.dtype) });
         };
         let x = self.cast_to(dt);
-        let out = Tensor::from_op(&self.device, Op::Unary(op, x.id), self.shape.clone(), dt);
+        let out = Tensor::from_op(&self.device, NodeOp::Unary(op, x.id), self.shape.clone(), dt);
         Ok(record(out, &[&x], |y| Rule::Unary { op, x: x.saved(), y }))
     }
 

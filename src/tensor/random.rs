@@ -6,7 +6,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::ok;
 use crate::error::{Error, Result};
-use crate::graph::Op;
+use crate::graph::NodeOp;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
 
@@ -34,10 +34,10 @@ impl Tensor {
         random(Distribution::Uniform, shape.into(), seed, device)
     }
 
-    /// Standard normal random numbers (f32) on the default device, by the Box-Muller transform of Philox4x32-10
-    /// words: as [`Tensor::rand`], a pure function of `(seed, element index)` computed where it is read. Backends
-    /// agree to within 4 ulp (0 between the CPU backend and lavapipe; 4 on the H200, whose compiler fuses
-    /// multiply-adds).
+    /// Standard normal random numbers (f32) on the default device, by the Box-Muller transform of Philox4x32-10 words:
+    /// as [`Tensor::rand`], a pure function of `(seed, element index)` computed where it is read. Backends agree to
+    /// within 4 ulp, the difference coming from GPU compilers that fuse multiply-adds (the CPU backend and lavapipe
+    /// agree exactly).
     ///
     /// # Examples
     /// ```no_run
@@ -102,5 +102,5 @@ fn random(d: Distribution, shape: Shape, seed: u64, device: &Device) -> Tensor {
     let [lo, hi] = key(seed);
     let lo = Tensor::full_lane([], lo, DType::U32, device);
     let hi = Tensor::full_lane([], hi, DType::U32, device);
-    Tensor::from_op(device, Op::Random(d, lo.id, hi.id), shape, DType::F32)
+    Tensor::from_op(device, NodeOp::Random(d, lo.id, hi.id), shape, DType::F32)
 }

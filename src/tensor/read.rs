@@ -141,7 +141,7 @@ impl Tensor {
         }
         self.check_read::<f32>("read_into")?;
         let out: &mut [u32] = bytemuck::cast_slice_mut(out);
-        self.device.read_with(self.id, &mut |words| crate::backend::copy::copy(out, &words[..out.len()]))
+        self.device.read_into(self.id, out)
     }
 
     /// Realizes an f32 tensor and lends its values to `f`, row-major, without copying them into host memory of
@@ -194,4 +194,24 @@ pub fn to_vecs(tensors: &[&Tensor]) -> Result<Vec<Vec<f32>>> {
     let ids: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
     let words = first.device.read(&ids)?;
     Ok(words.into_iter().zip(tensors).map(|(w, t)| f32::from_words(w, t.numel())).collect())
+}
+
+/// The stored words of every tensor, read back in one realize per device, in order.
+pub(crate) fn read_words<'a>(tensors: impl Iterator<Item = &'a Tensor>) -> Result<Vec<Vec<u32>>> {
+    let tensors: Vec<&Tensor> = tensors.collect();
+    let mut words: Vec<Vec<u32>> = vec![Vec::new(); tensors.len()];
+    let mut done = vec![false; tensors.len()];
+    for i in 0..tensors.len() {
+        if done[i] {
+            continue;
+        }
+        let device = &tensors[i].device;
+        let mine: Vec<usize> = (i..tensors.len()).filter(|&j| !done[j] && tensors[j].device.same(device)).collect();
+        let ids: Vec<NodeId> = mine.iter().map(|&j| tensors[j].id).collect();
+        for (j, w) in mine.iter().zip(device.read(&ids)?) {
+            words[*j] = w;
+            done[*j] = true;
+        }
+    }
+    Ok(words)
 }

@@ -4,7 +4,7 @@
 
 use crate::autograd::{record, Rule};
 use crate::error::{Error, Result};
-use crate::graph::Op;
+use crate::graph::NodeOp;
 use crate::op::ReduceOp;
 use crate::shape::Shape;
 use crate::tensor::dim::Dim;
@@ -48,7 +48,7 @@ impl Tensor {
         };
         let mut dims = x.shape.dims().to_vec();
         dims[d] = 1;
-        let r = Tensor::from_op(&x.device, Op::Reduce(op, x.id, d), Shape::from(dims), x.dtype);
+        let r = Tensor::from_op(&x.device, NodeOp::Reduce(op, x.id, d), Shape::from(dims), x.dtype);
         let r = record(r, &[&x], |y| Rule::Reduce { op, axis: d, x: x.saved(), y });
         Ok(if keep { r } else { r.squeeze(d) })
     }

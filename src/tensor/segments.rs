@@ -8,7 +8,7 @@
 //! their rows. Rows add in ascending index order, so every run gives the same bits.
 
 use crate::dtype::DType;
-use crate::graph::Op;
+use crate::graph::NodeOp;
 use crate::tensor::Tensor;
 
 /// The values of `t` (an `I32` or `U32` tensor) when they are host data not yet uploaded, read through views.
@@ -16,12 +16,12 @@ pub(crate) fn host_values(t: &Tensor) -> Option<Vec<i64>> {
     let state = t.device.state();
     let graph = &state.graph;
     let (view, source) = match &graph.node(t.id).op {
-        Op::Data(_) => (None, t.id),
-        Op::View(v, src) => (Some(v.clone()), *src),
+        NodeOp::Data(_) => (None, t.id),
+        NodeOp::View(v, src) => (Some(v.clone()), *src),
         _ => return None,
     };
     let node = graph.node(source);
-    let Op::Data(words) = &node.op else { return None };
+    let NodeOp::Data(words) = &node.op else { return None };
     let lanes = node.dtype.decode(words, node.shape.numel());
     let lanes = match view {
         Some(v) => crate::view::gather(&lanes, &v),

@@ -4,7 +4,7 @@
 use crate::autograd::{record, Rule};
 use crate::error::ok;
 use crate::error::{Error, Result};
-use crate::graph::Op;
+use crate::graph::NodeOp;
 use crate::shape::Shape;
 use crate::tensor::dim::Dim;
 use crate::tensor::Tensor;
@@ -35,11 +35,11 @@ impl Tensor {
         let op = {
             let state = self.device.state();
             match &state.graph.node(self.id).op {
-                Op::View(inner, src) => match view.compose(inner) {
-                    Some(v) => Op::View(v, *src),
-                    None => Op::View(view.clone(), self.id),
+                NodeOp::View(inner, src) => match view.compose(inner) {
+                    Some(v) => NodeOp::View(v, *src),
+                    None => NodeOp::View(view.clone(), self.id),
                 },
-                _ => Op::View(view.clone(), self.id),
+                _ => NodeOp::View(view.clone(), self.id),
             }
         };
         Tensor::from_op(&self.device, op, view.shape, self.dtype)
@@ -262,7 +262,7 @@ impl Tensor {
     /// Whether the tensor reads its source in row-major order (it is not a strided view).
     pub fn is_contiguous(&self) -> bool {
         match &self.device.state().graph.node(self.id).op {
-            Op::View(v, _) => v.is_contiguous(),
+            NodeOp::View(v, _) => v.is_contiguous(),
             _ => true,
         }
     }
@@ -350,13 +350,13 @@ impl Tensor {
             return Tensor::try_cat(&chunks.iter().collect::<Vec<_>>(), d);
         }
         let parts = tensors.iter().map(|t| t.id).collect();
-        let out = Tensor::from_op(&first.device, Op::Cat(parts, d), dims.into(), dt);
+        let out = Tensor::from_op(&first.device, NodeOp::Cat(parts, d), dims.into(), dt);
         Ok(record(out, tensors, |_| Rule::Cat { axis: d, sizes: tensors.iter().map(|t| t.shape.dims()[d]).collect() }))
     }
 
     /// A node that is always materialized, whatever it is.
     fn stored_copy(&self) -> Tensor {
-        let out = Tensor::from_op(&self.device, Op::Contiguous(self.id), self.shape.clone(), self.dtype);
+        let out = Tensor::from_op(&self.device, NodeOp::Contiguous(self.id), self.shape.clone(), self.dtype);
         record(out, &[self], |_| Rule::Identity)
     }
 

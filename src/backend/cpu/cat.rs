@@ -1,7 +1,7 @@
-//! A concatenation on the CPU: each part evaluated on the runs (or pieces of runs) whose selecting coordinate falls
-//! in it, then copied into the concatenation's register piece by piece; a batch inside one part takes its values
-//! as they are. Sorting elements one by one into parts, with fresh vectors per batch, made `cat` 30-45x slower per
-//! element than a plain read.
+//! A concatenation on the CPU: each part evaluated on the runs (or pieces of runs) whose selecting coordinate falls in
+//! it, then copied into the concatenation's register piece by piece; a batch inside one part takes its values as they
+//! are. Sorting elements one by one into parts, with fresh vectors per batch, made `cat` many times slower per element
+//! than a plain read (figures: docs/notes/source-measurements.md, `src/backend/cpu/cat.rs`).
 
 use super::batch::{Batch, Ctx, Eval, Own, Regs, Scratch};
 use super::runs::Run;

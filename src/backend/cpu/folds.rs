@@ -172,11 +172,12 @@ impl Walk<'_> {
     }
 
     /// The folds of a block of outputs (coordinates `bases`) over `range` of a non-last axis, walked together: each
-    /// step of the axis is one batch across the block, adjacent in memory where the block is, so the input is read
-    /// in order rather than gathered a stride apart per output (on a 2-core VM, `x.sum(0)` of [16384, 4096] took
-    /// 89 ms that way against 7.9 ms for `x.sum(-1)`). Each output's fold order is [`Walk::one`]'s: element `j` of
-    /// each stretch of `BATCH` along the axis into running fold `j % 8`, the 8 pairwise, the stretches in order; so
-    /// the results are bit-identical to it. Integer folds are associative and run in order.
+    /// step of the axis is one batch across the block, adjacent in memory where the block is, so the input is read in
+    /// order rather than gathered a stride apart per output (gathered that way, `x.sum(0)` of a large matrix ran far
+    /// slower than `x.sum(-1)`; figures: docs/notes/source-measurements.md, `src/backend/cpu/folds.rs`). Each output's
+    /// fold order is [`Walk::one`]'s: element `j` of each stretch of `BATCH` along the axis into running fold `j % 8`,
+    /// the 8 pairwise, the stretches in order; so the results are bit-identical to it. Integer folds are associative
+    /// and run in order.
     fn columns(
         &self,
         f: &Folding,

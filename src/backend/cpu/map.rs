@@ -17,12 +17,12 @@ const STREAM_BYTES: usize = 8 << 20;
 const TASK: usize = 32 * BATCH;
 /// A load whose step along the inner axis is at least this many elements reads a cache line per element there.
 const FAR: i64 = 16;
-/// Rows of a tile (with one staged load): staging reads 4 cache lines in a row from each row of a transposed
-/// input, whose rows are pages apart; fewer rows walk more pages per element (`a.t() + &b` at 4096x4096 on the
-/// development VM: 15.4 ms with 16 rows, 9.9 with 64; 128 no better).
+/// Rows of a tile (with one staged load): staging reads 4 cache lines in a row from each row of a transposed input,
+/// whose rows are pages apart; fewer rows walk more pages per element (`a.t() + &b` at 4096x4096 ran faster with 64
+/// rows than with 16, and no faster with 128; figures: docs/notes/source-measurements.md, `src/backend/cpu/map.rs`).
 const TILE_ROWS: usize = 64;
-/// Columns of a tile, at most: whole rows of the output up to this, so that batches read contiguous inputs and
-/// store in order (`a.t() + &b` at 4096x4096: 11.5 ms with 2048 columns, 9.9 with 4096).
+/// Columns of a tile, at most: whole rows of the output up to this, so that batches read contiguous inputs and store in
+/// order (`a.t() + &b` at 4096x4096 ran faster with 4096 columns than with 2048).
 const TILE_COLS: usize = 4096;
 
 /// Runs an elementwise kernel.

@@ -1,6 +1,7 @@
 //! The CPU backend's `exp` and `tanh`: branch-free f32 versions the compiler vectorizes, within a few ulps of libm.
 
-// libm's are scalar calls (3.5-14 ns apiece on the development VM), which no loop around them can vectorize.
+// libm's are scalar calls (costly apiece; figures: docs/notes/source-measurements.md, `src/backend/cpu/math.rs`), which
+// no loop around them can vectorize.
 
 use crate::op::Math;
 

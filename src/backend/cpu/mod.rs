@@ -14,8 +14,8 @@ mod simd;
 
 use super::free::{self, FreeList};
 use super::{Backend, Data, Done, Job, ReadId};
+use crate::buffer::BufferKey;
 use crate::error::{Error, Result};
-use crate::graph::BufferKey;
 use crate::kernel::Kind;
 use crate::profile::Stats;
 use slotmap::SlotMap;
@@ -26,7 +26,7 @@ const MAX_BINDINGS: usize = 64;
 
 /// Buffers, free buffers, and read-backs of one CPU device. A buffer never changes once a kernel has written it,
 /// so a read-back shares it (zero-copy) instead of copying it.
-struct State {
+struct CpuState {
     buffers: SlotMap<BufferKey, Arc<Vec<f32>>>,
     /// Free buffers: a fresh allocation costs page faults and zeroing, a reused one neither.
     free: FreeList<Vec<f32>>,
@@ -35,7 +35,7 @@ struct State {
 
 /// A device on the host's cores.
 pub(crate) struct CpuBackend {
-    state: Mutex<State>,
+    state: Mutex<CpuState>,
 }
 
 /// A zeroed buffer of `len` elements, or `Error::OutOfMemory` (never an abort). Zeroed by the allocator, so a large
@@ -75,16 +75,16 @@ pub(crate) fn processor_name() -> String {
 impl CpuBackend {
     pub fn new() -> CpuBackend {
         let budget = free::budget(free::host_memory());
-        let state = State { buffers: SlotMap::with_key(), free: FreeList::new(budget), reads: SlotMap::with_key() };
+        let state = CpuState { buffers: SlotMap::with_key(), free: FreeList::new(budget), reads: SlotMap::with_key() };
         CpuBackend { state: Mutex::new(state) }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, CpuState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl State {
+impl CpuState {
     /// A buffer of `len` elements: a free one of that length, or a new one (counted).
     fn alloc(&mut self, len: usize, stats: &mut Stats) -> Result<Vec<f32>> {
         let bytes = len as u64 * 4;

@@ -222,7 +222,7 @@ mod tests {
     use super::*;
     use crate::dtype::DType;
     use crate::graph::build::{bin, data, fold, scalar, un};
-    use crate::graph::{Graph, NodeId, Op};
+    use crate::graph::{Graph, NodeId, NodeOp};
     use crate::op::{ReduceOp, Tri, UnaryOp};
     use crate::schedule::{plan, Options};
     use crate::shape::Shape;
@@ -313,10 +313,10 @@ mod tests {
         let x = data(&mut g, &[4096]);
         let zero = scalar(&mut g, 0.0);
         let s = Shape::from([4096]);
-        let gt = g.add(Op::Binary(BinaryOp::Gt, x, zero), s.clone(), DType::Bool);
-        let as_int = g.add(Op::Cast(gt), s.clone(), DType::I32);
-        let one = g.add(Op::Const(1), Shape::from([]), DType::I32);
-        let y = g.add(Op::Binary(BinaryOp::Add, as_int, one), s, DType::I32);
+        let gt = g.add(NodeOp::Binary(BinaryOp::Gt, x, zero), s.clone(), DType::Bool);
+        let as_int = g.add(NodeOp::Cast(gt), s.clone(), DType::I32);
+        let one = g.add(NodeOp::Const(1), Shape::from([]), DType::I32);
+        let y = g.add(NodeOp::Binary(BinaryOp::Add, as_int, one), s, DType::I32);
         let ks = kernels(&g, y);
         assert_eq!(ks.len(), 1);
         assert_registers_hold(&ks[0]);
@@ -399,11 +399,11 @@ mod tests {
         let scaled = bin(&mut g, BinaryOp::Mul, cols, half);
         let both = un(&mut g, UnaryOp::Exp, scaled);
         // A product of a constant and an expression, with an epilogue.
-        let ones = g.add(Op::Const(1f32.to_bits()), Shape::from([5, 300]), DType::F32);
+        let ones = g.add(NodeOp::Const(1f32.to_bits()), Shape::from([5, 300]), DType::F32);
         let tv = crate::view::View::contiguous(&Shape::from([64, 300])).permute(&[1, 0]);
-        let t = g.add(Op::View(tv, y), Shape::from([300, 64]), DType::F32);
+        let t = g.add(NodeOp::View(tv, y), Shape::from([300, 64]), DType::F32);
         let t = un(&mut g, UnaryOp::Exp, t);
-        let prod = g.add(Op::Matmul(ones, t, Tri::Full), Shape::from([5, 64]), DType::F32);
+        let prod = g.add(NodeOp::Matmul(ones, t, Tri::Full), Shape::from([5, 64]), DType::F32);
         let relu = un(&mut g, UnaryOp::Relu, prod);
         let mut kinds = Vec::new();
         for out in [softmax, both, relu] {

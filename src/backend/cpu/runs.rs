@@ -1,7 +1,7 @@
 //! A batch's coordinates as runs (stretches of elements stepping by one along one axis) and the strided reads over
-//! them. A strided read costs one dot product per run and an add per element (a copy where the step is 1) rather
-//! than a dot product over per-element coordinate vectors, which made reading through a view 20-30x slower per
-//! element than a plain read.
+//! them. A strided read costs one dot product per run and an add per element (a copy where the step is 1) rather than a
+//! dot product over per-element coordinate vectors, which made reading through a view many times slower per element
+//! than a plain read (figures: docs/notes/source-measurements.md, `src/backend/cpu/runs.rs`).
 
 use super::simd;
 

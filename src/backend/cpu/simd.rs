@@ -17,9 +17,9 @@ fn has_avx512() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx2")
 }
 
-/// Whether `op` is arithmetic-bound enough to gain from 512-bit vectors: the `exp`/`tanh` rows (the bench's unary
-/// case at 2^24 went from 19.6 to 13.9 ms on the development VM). The cheap ones are bound by memory and stay
-/// 256-bit.
+/// Whether `op` is arithmetic-bound enough to gain from 512-bit vectors: the `exp`/`tanh` rows (the bench's unary case
+/// at 2^24 ran markedly faster with them; figures: docs/notes/source-measurements.md, `src/backend/cpu/simd.rs`). The
+/// cheap ones are bound by memory and stay 256-bit.
 fn wide(op: UnaryOp) -> bool {
     matches!(op, UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu | UnaryOp::Gelu)
 }
@@ -169,8 +169,7 @@ fn mapped_generic(u: UnaryOp, op1: BinaryOp, x: Src, y: Src, out: &mut [f32]) {
             let f = |v: f32| UnaryOp::$u.eval_with::<Vector>(v);
             let g = |a: f32, b: f32| BinaryOp::$o.eval(a, b);
             // `for` loops, not `for_each`: the adapters' `fold` may stay an out-of-line call compiled without this
-            // function's target features (it did: the bench's unary case then took 16-17 ms, against 12-14.5 ms
-            // with no mapped loops).
+            // function's target features (it did: the bench's unary case then ran slower than with no mapped loops).
             match (x, y) {
                 (Src::Slice(x), Src::Slice(y)) => {
                     for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {

@@ -1,10 +1,11 @@
 //! Submit batching: while the GPU has work queued, realizes are recorded into one open compute pass and submitted
 //! together; a thread submits what is held back as soon as the queue has room.
 
-// Each queue submit costs the GPU about 16 us of idle time on an H200 (Vulkan), and the host 12-15 us (encoding
-// the pass, vkQueueSubmit): a 4096 x 4096 layer norm runs in 42 us, so a loop of realizes that each submitted was
-// bound by the host, and the GPU idled between submits. So a realize made while a submit is in flight records
-// into the open pass and returns. The batch is submitted behind the running submit once it holds twice as many
+// Each queue submit leaves the GPU idle for a while and costs the host time (encoding the pass, vkQueueSubmit), each a
+// sizable part of what a 4096 x 4096 layer norm takes to run, so a loop of realizes that each submitted was bound by
+// the host, and the GPU idled between submits (figures: docs/notes/source-measurements.md,
+// `src/backend/wgpu/batch.rs`). So a realize made while a submit is in flight records into the open pass and returns.
+// The batch is submitted behind the running submit once it holds twice as many
 // realizes (by the realize that makes it so), or by the device's submit thread when the queue runs dry. A read, `synchronize`, `flush` or a full
 // batch submits at once, and so does a realize onto an idle GPU, which keeps a single realize as quick as before.
 
@@ -16,12 +17,12 @@ use std::sync::Arc;
 /// commands recorded on the host and the latency of the first realize in it.
 pub const MAX_REALIZES: u32 = 64;
 
-/// Submits the submit thread keeps in flight, unless `LAZOR_QUEUE_DEPTH` says otherwise: one running and one
-/// queued behind it once the held batch is twice the running one, so batches double while the host stays ahead
-/// and the GPU starts the next the moment one ends. `examples/queue_depth.rs` on the H200 (two runs in one call):
-/// depth 2 against 1, row sum 3894 / 3866 against 3825 / 3775 GB/s, column sum 3302 / 3354 against 3115 / 3161,
-/// softmax 2761 / 2782 against 2741 / 2803, layer norm 2483 / 2655 against 2436 / 2494. Queuing a batch merely as
-/// large as the running one gave layer norm 2417 (31 submits per 32 realizes).
+/// Submits the submit thread keeps in flight, unless `LAZOR_QUEUE_DEPTH` says otherwise: one running and one queued
+/// behind it once the held batch is twice the running one, so batches double while the host stays ahead and the GPU
+/// starts the next the moment one ends. In `benches/queue_depth.rs`, depth 2 moved as many bytes a second as depth 1
+/// or more, for row and column sums, softmax and layer norm; queuing a batch merely as large as the running one did
+/// worse for layer norm, which then submitted about once per realize (figures: docs/notes/source-measurements.md,
+/// `src/backend/wgpu/batch.rs`).
 pub const DEFAULT_DEPTH: usize = 2;
 
 /// A command encoder with one compute pass open in it, holding the realizes recorded since the last submit.
@@ -89,10 +90,11 @@ pub fn submit_now(in_flight: usize, depth: usize, held: u32, last: u32) -> bool 
 /// wgpu orders two dispatches of one batch that write one buffer, or where one writes what the other reads, with a
 /// pipeline barrier, which waits for everything recorded before it: the GPU drains, and the next kernel cannot
 /// start while the last one's final workgroups run. Handing a loop's next realize the buffer its last result (just
-/// dropped) was written to put such a barrier between every two kernels: on the H200, 32 held realizes of a
-/// [4096, 4096] layer norm took 41.6 us each that way and 37.4 us with distinct output buffers (softmax 43.4 and
-/// 38.5 us, a row sum 24.8 and 19.9 us). So within a batch, independent kernels get buffers no dispatch of the
-/// batch used, while the pool has room for new ones (see `Pool::alloc`); a kernel that waits anyway reuses freely.
+/// dropped) was written to put such a barrier between every two kernels: held realizes of a [4096, 4096] layer norm, a
+/// softmax or a row sum each took noticeably longer that way than with distinct output buffers (figures:
+/// docs/notes/source-measurements.md, `src/backend/wgpu/batch.rs`). So within a batch, independent kernels get buffers
+/// no dispatch of the batch used, while the pool has room for new ones (see `Pool::alloc`); a kernel that waits anyway
+/// reuses freely.
 pub fn settled(first: u64, next: u64, waits: bool) -> u64 {
     if waits {
         next - 1

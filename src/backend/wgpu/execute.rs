@@ -5,8 +5,8 @@ use super::gpu::Scopes;
 use super::{batch, pool, readback, timing, WgpuBackend};
 use crate::backend::wgpu::codegen;
 use crate::backend::{Data, Done, Job, JobBuffer};
+use crate::buffer::BufferKey;
 use crate::error::Result;
-use crate::graph::BufferKey;
 use crate::profile::Stats;
 use smallvec::SmallVec;
 
@@ -53,13 +53,13 @@ impl WgpuBackend {
                         [one] => one.clone(),
                         many => {
                             let spans: Vec<usize> = members.iter().map(|k| k.binding_span()).collect();
-                            codegen::group::generate(many, &spans)
+                            codegen::dispatch::generate(many, &spans)
                         }
                     };
                     let name = members.iter().map(|k| k.name()).collect::<Vec<_>>().join(" | ");
                     // A matmul's indices are in range by construction: every load and store is guarded by the
                     // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
-                    // Products run alone (`schedule/group.rs`), so a shader of several kernels keeps its checks.
+                    // Products run alone (`schedule/dispatch.rs`), so a shader of several kernels keeps its checks.
                     let trusted =
                         members.iter().all(|k| matches!(k.kind, crate::kernel::Kind::Matmul(_))) && !gpu.checked;
                     match st.pipelines.get(&gpu.device, &wgsl, &name, trusted, debug, stats) {
@@ -101,7 +101,10 @@ impl WgpuBackend {
                 many => {
                     let grids: Vec<(u32, u32)> = many.iter().map(grid).collect();
                     let groups: u32 = grids.iter().map(|&(x, y)| x * y).sum();
-                    (groups as usize * codegen::WORKGROUP_SIZE as usize, Some(block(&codegen::group::params(&grids))))
+                    (
+                        groups as usize * codegen::WORKGROUP_SIZE as usize,
+                        Some(block(&codegen::dispatch::params(&grids))),
+                    )
                 }
             });
         }
@@ -307,7 +310,7 @@ impl WgpuBackend {
         let reads = staged
             .into_iter()
             .zip(job.reads)
-            .map(|(buffer, &slot)| st.reads.insert(readback::Pending::start(buffer, job.buffers[slot].bytes)))
+            .map(|(buffer, &slot)| st.reads.insert(readback::PendingRead::start(buffer, job.buffers[slot].bytes)))
             .collect();
         Ok(Done { kept, reads, times })
     }

@@ -26,9 +26,9 @@ pub struct Gpu {
     pub checked: bool,
     /// Bytes of the adapter's largest device-local memory heap, where the backend says (Vulkan).
     pub memory: Option<u64>,
-    /// The matmul blockings for this adapter ([`Gpu::matmul_tiles`]), worked out once: every realize reads them,
-    /// and asking the host for its thread count (a CPU adapter's threshold) reads cgroup files, 38 us a time on a
-    /// 2-core VM, about half of a small realize's host time on lavapipe.
+    /// The matmul blockings for this adapter ([`Gpu::matmul_tiles`]), worked out once: every realize reads them, and
+    /// asking the host for its thread count (a CPU adapter's threshold) reads cgroup files, a large part of a small
+    /// realize's host time on lavapipe (figures: docs/notes/source-measurements.md, `src/backend/wgpu/gpu.rs`).
     tiles: crate::kernel::MatmulTiles,
     /// Set by wgpu's device-lost callback; every later realize fails with it.
     pub lost: super::keep::Lost,
@@ -304,10 +304,10 @@ impl Gpu {
     }
 }
 
-/// The matmul blockings for an adapter: the tuned shapes that fit its workgroup memory, and enough large workgroups
-/// to keep it busy. wgpu does not report compute units, so the threshold follows the kind of adapter: the H200's
-/// (about two per unit of 132) for a discrete GPU, a quarter of that for an integrated one, and two per host thread
-/// for a CPU adapter (lavapipe), which runs a workgroup per thread.
+/// The matmul blockings for an adapter: the tuned shapes that fit its workgroup memory, and enough large workgroups to
+/// keep it busy. wgpu does not report compute units, so the threshold follows the kind of adapter: the tuned table's
+/// (about two per compute unit of the 132 it was tuned on) for a discrete GPU, a quarter of that for an integrated one,
+/// and two per host thread for a CPU adapter (lavapipe), which runs a workgroup per thread.
 fn tiles_for(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> crate::kernel::MatmulTiles {
     let tuned = crate::kernel::MatmulTiles::TUNED;
     let busy = match info.device_type {

@@ -1,23 +1,24 @@
 //! Process-wide wgpu instances and devices: each is made once, a dropped `Device`'s wgpu device is kept and handed
 //! to the next `Device` opened on the same adapter, and neither is ever destroyed.
 
-// NVIDIA's Vulkan driver (H200, checked with wgpu 30) can deadlock when one thread destroys a device or an
-// instance while other threads work on other devices: stack dumps of hung test processes showed vkDestroyDevice
-// waiting for one of the driver's own threads, which waited for a lock that vkCreateDevice, vkAllocateMemory and
-// vkQueueSubmit on other threads waited for too. Test binaries, which open a device per test on many threads,
-// hung in about one run of eight. Never destroying either avoids it, and reusing a device also saves the 50 to
-// 200 ms that creating one costs. A dropped Device's buffers and pipelines are dropped with it, so the next owner
-// starts from an empty device.
+// NVIDIA's Vulkan driver (checked with wgpu 30) can deadlock when one thread destroys a device or an instance while
+// other threads work on other devices: stack dumps of hung test processes showed vkDestroyDevice waiting for one of the
+// driver's own threads, which waited for a lock that vkCreateDevice, vkAllocateMemory and vkQueueSubmit on other
+// threads waited for too. Test binaries, which open a device per test on many threads, hung in a fair share of runs
+// (figures: docs/notes/source-measurements.md, `src/backend/wgpu/keep.rs`). Never destroying either avoids it, and
+// reusing a device also saves the time that creating one costs. A dropped Device's buffers and pipelines are dropped
+// with it, so the next owner starts from an empty device.
 
 use crate::error::lock;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Held while a `Device` is opened (adapters enumerated, a device taken or created): one at a time per process.
 ///
-/// Test binaries open devices on many threads at once, and on the H200 about one run in 48 of one of them crashed
-/// within 0.1 s: a core dump showed a thread that had called a null function pointer while another was in
-/// `vkEnumerateDeviceExtensionProperties`, under wgpu's adapter enumeration. Serial runs (35) never crashed.
-/// Opening a device is rare and slow anyway (50-200 ms), so serializing it costs programs nothing.
+/// Test binaries open devices on many threads at once, and now and then one of them crashed just after starting: a core
+/// dump showed a thread that had called a null function pointer while another was in
+/// `vkEnumerateDeviceExtensionProperties`, under wgpu's adapter enumeration. Serial runs never crashed (figures:
+/// docs/notes/source-measurements.md, `src/backend/wgpu/keep.rs`). Opening a device is rare and slow anyway, so
+/// serializing it costs programs nothing.
 pub fn opening() -> MutexGuard<'static, ()> {
     static OPENING: Mutex<()> = Mutex::new(());
     lock(&OPENING)

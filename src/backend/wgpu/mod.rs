@@ -6,6 +6,7 @@ pub(crate) mod codegen;
 mod disk_cache;
 mod execute;
 pub(crate) mod gpu;
+mod handle;
 mod keep;
 mod params;
 mod pipelines;
@@ -30,10 +31,12 @@ pub(crate) fn open_for_test<T>(open: impl FnOnce() -> crate::error::Result<T>) -
 }
 
 use super::{Backend, Done, Job, ReadId};
+use crate::buffer::BufferKey;
 use crate::error::{lock, Result};
-use crate::graph::BufferKey;
 use crate::profile::Stats;
 use gpu::Gpu;
+pub use handle::WgpuDevice;
+pub(crate) use handle::WgpuOnly;
 use slotmap::SlotMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,14 +55,14 @@ pub(crate) struct WgpuBackend {
 
 /// What the realizing threads and the submit thread share.
 pub(crate) struct Shared {
-    state: Mutex<State>,
+    state: Mutex<WgpuState>,
     /// Whether kernels use subgroup operations: the device has them and `LAZOR_NO_SUBGROUPS` is unset.
     subgroups: AtomicBool,
     /// Whether f16 buffers are bound natively: the device has `SHADER_F16` and `LAZOR_NO_F16` is unset.
     f16: AtomicBool,
     /// Whether f16 matmuls run on cooperative matrices: the device has them and `LAZOR_NO_COOP` is unset.
     coop: AtomicBool,
-    /// Submits the submit thread keeps in flight (`LAZOR_QUEUE_DEPTH`, `Device::set_queue_depth`).
+    /// Submits the submit thread keeps in flight (`LAZOR_QUEUE_DEPTH`, `Device::wgpu()?.set_queue_depth`).
     depth: AtomicUsize,
     /// Set when the backend is dropped: the submit thread ends.
     closed: AtomicBool,
@@ -76,12 +79,12 @@ impl std::ops::Deref for WgpuBackend {
 }
 
 /// The backend's mutable parts, behind one lock.
-struct State {
+struct WgpuState {
     pool: pool::Pool,
     bind_groups: bind_groups::BindGroups,
     pipelines: pipelines::Pipelines,
     params: params::Params,
-    reads: SlotMap<ReadId, readback::Pending>,
+    reads: SlotMap<ReadId, readback::PendingRead>,
     /// Realizes recorded and not yet submitted.
     batch: Option<batch::Open>,
     in_flight: batch::InFlight,
@@ -103,7 +106,7 @@ impl WgpuBackend {
         let pool = pool::Pool::new(crate::backend::free::budget(gpu.memory));
         let mut pipelines = pipelines::Pipelines::default();
         pipelines.disk = disk_cache::DiskCache::open(&gpu.device, &gpu.info, crate::env::cache_dir());
-        let state = State {
+        let state = WgpuState {
             pool,
             bind_groups: Default::default(),
             pipelines,
@@ -142,12 +145,12 @@ impl WgpuBackend {
 }
 
 impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, WgpuState> {
         lock(&self.state)
     }
 
     /// Submits the held-back realizes, if any.
-    fn flush(&self, st: &mut State) {
+    fn flush(&self, st: &mut WgpuState) {
         if let Some(open) = st.batch.take() {
             // A failure poisons the device (see `submit`), so the next call reports it.
             let _ = self.submit(st, open);
@@ -156,7 +159,7 @@ impl Shared {
 
     /// Ends and submits a batch under error scopes of its own. wgpu reports a bad command at `finish`, after the
     /// realizes recorded in the batch were reported done, so a failure poisons the device: every later call fails.
-    fn submit(&self, st: &mut State, open: batch::Open) -> Result<()> {
+    fn submit(&self, st: &mut WgpuState, open: batch::Open) -> Result<()> {
         let realizes = open.realizes;
         let scopes = gpu::Scopes::push(&self.gpu.device);
         st.in_flight.submit(&self.gpu.queue, open.finish(), realizes);
@@ -165,7 +168,7 @@ impl Shared {
 
     /// Submits the held batch if the queue has room for it, by what wgpu last reported ([`batch::submit_now`]);
     /// whether it did (with nothing held, there is nothing to submit and this says so).
-    fn flush_if_room(&self, st: &mut State) -> bool {
+    fn flush_if_room(&self, st: &mut WgpuState) -> bool {
         let held = st.batch.as_ref().map_or(0, |b| b.realizes);
         let room = held > 0 && st.in_flight.room(self.depth.load(Ordering::Relaxed), held);
         if room {
@@ -228,12 +231,12 @@ fn submit_thread(sh: &Shared) {
                 // The device is lost: every later call reports it, and nothing held back can run.
                 return;
             }
-            // Polled, not waited for. With a blocking wait for the oldest submit, `bench clock` on the H200 counted
-            // batches of 8 chain3 realizes at 5x the median (about 10 ms late): 2 of 64 with a depth of 2, 13 with
-            // 1, none with 0 (no submit thread waiting). The thread now polls, which returns at once, and sleeps
-            // for a moment between polls, which bounds how late it sees the queue run dry. (No timed wait either:
-            // in wgpu-core 30 a wait that times out while another thread polls can fail an internal assertion,
-            // gfx-rs/wgpu#9958.)
+            // Polled, not waited for. With a blocking wait for the oldest submit, `bench clock` counted some batches of
+            // chain3 realizes far above the median, more with a depth of 1 than of 2 and none with 0 (no submit thread
+            // waiting; figures: docs/notes/source-measurements.md, `src/backend/wgpu/mod.rs`). The thread now polls,
+            // which returns at once, and sleeps for a moment between polls, which bounds how late it sees the queue run
+            // dry. (No timed wait either: in wgpu-core 30 a wait that times out while another thread polls can fail an
+            // internal assertion, gfx-rs/wgpu#9958.)
             if sh.gpu.device.poll(wgpu::PollType::Poll).is_err() {
                 // wgpu 30's `Poll` reports no error of its own (device losses surface through `is_lost` above); if a
                 // later wgpu does, submit what is held now, still in order, rather than spin.
@@ -344,7 +347,7 @@ impl Backend for WgpuBackend {
     }
 }
 
-impl crate::backend::WgpuOnly for WgpuBackend {
+impl WgpuOnly for WgpuBackend {
     fn gpu(&self) -> &Gpu {
         &self.gpu
     }

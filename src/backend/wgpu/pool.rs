@@ -2,7 +2,7 @@
 //! reuse before allocating (the policy is `backend/free.rs`).
 
 use crate::backend::free::FreeList;
-use crate::graph::BufferKey;
+use crate::buffer::BufferKey;
 use crate::profile::Stats;
 use slotmap::SlotMap;
 

@@ -14,21 +14,21 @@ const CALLBACK_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 type Slot = Arc<Mutex<Option<Result<(), String>>>>;
 
 /// A staging buffer being mapped for reading.
-pub(super) struct Pending {
+pub(super) struct PendingRead {
     buffer: wgpu::Buffer,
     bytes: u64,
     mapped: Slot,
 }
 
-impl Pending {
+impl PendingRead {
     /// Starts mapping `buffer` (whose copy was submitted already).
-    pub fn start(buffer: wgpu::Buffer, bytes: u64) -> Pending {
+    pub fn start(buffer: wgpu::Buffer, bytes: u64) -> PendingRead {
         let mapped: Slot = Arc::new(Mutex::new(None));
         let done = mapped.clone();
         buffer.map_async(wgpu::MapMode::Read, 0..bytes, move |r| {
             *lock(&done) = Some(r.map_err(|e| e.to_string()));
         });
-        Pending { buffer, bytes, mapped }
+        PendingRead { buffer, bytes, mapped }
     }
 
     /// Whether the map callback has run.

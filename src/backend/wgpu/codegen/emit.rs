@@ -541,8 +541,8 @@ impl<'a> Emitter<'a> {
                 Storage::Half => "f16",
                 Storage::Packed { .. } => {
                     let load = match dt {
-                        // The half shifted into the low bits: a run-time index into the unpacked pair ran
-                        // the H200's packed f16 product at 12.6 TFLOP/s against bf16's 30.5.
+                        // The half shifted into the low bits: a run-time index into the unpacked pair ran the packed
+                        // f16 product far slower than bf16's.
                         DType::F16 => format!("return unpack2x16float(i{n}[e >> 1u] >> ((e & 1u) * 16u)).x;"),
                         DType::BF16 => format!("return bitcast<f32>((i{n}[e >> 1u] >> ((e & 1u) * 16u)) << 16u);"),
                         _ => format!("return (i{n}[e >> 2u] >> ((e & 3u) * 8u)) & 0xffu;"),

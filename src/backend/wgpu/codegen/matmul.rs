@@ -338,7 +338,7 @@ fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool) -> String {
 mod tests {
     use super::*;
     use crate::backend::wgpu::codegen::validate;
-    use crate::graph::{Graph, Op};
+    use crate::graph::{Graph, NodeOp};
     use crate::kernel::Matmul;
     use crate::op::UnaryOp;
     use crate::schedule::{plan, Options};
@@ -350,17 +350,17 @@ mod tests {
         let mut g = Graph::default();
         let data = |g: &mut Graph, r: usize, c: usize, t: bool| {
             let (r0, c0) = if t { (c, r) } else { (r, c) };
-            let d = g.add(Op::Data(vec![0; (r0 * c0).div_ceil(2)]), Shape::from([r0, c0]), DType::F16);
+            let d = g.add(NodeOp::Data(vec![0; (r0 * c0).div_ceil(2)]), Shape::from([r0, c0]), DType::F16);
             if !t {
                 return d;
             }
             let v = View { shape: Shape::from([r, c]), strides: vec![1, r as isize].into(), offset: 0 };
-            g.add(Op::View(v, d), Shape::from([r, c]), DType::F16)
+            g.add(NodeOp::View(v, d), Shape::from([r, c]), DType::F16)
         };
         let a = data(&mut g, m, k, a_transposed);
         let b = data(&mut g, k, n, b_transposed);
-        let p = g.add(Op::Matmul(a, b, Tri::Full), Shape::from([m, n]), DType::F16);
-        let out = g.add(Op::Unary(UnaryOp::Relu, p), Shape::from([m, n]), DType::F16);
+        let p = g.add(NodeOp::Matmul(a, b, Tri::Full), Shape::from([m, n]), DType::F16);
+        let out = g.add(NodeOp::Unary(UnaryOp::Relu, p), Shape::from([m, n]), DType::F16);
         let opts = Options::TEST;
         let kernels = plan(&g, &[out], &opts).kernels;
         assert_eq!(kernels.len(), 1, "the product and its epilogue are one kernel");

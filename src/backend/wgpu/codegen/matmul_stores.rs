@@ -7,10 +7,11 @@ use std::fmt::Write;
 
 /// The stores of one thread's `tm` x `tn` outputs, unrolled with constant indices into `acc`. As a loop, NVIDIA's
 /// compiler (580) left it rolled when the epilogue was long (a GELU with its pre-activation also stored), indexing
-/// `acc` at run time, which moved it out of registers and ran the whole product at 2.3 TFLOP/s instead of 25.
-/// With `store4` (packed or vector outputs), each thread's 4 neighbouring columns go to it together, which writes
-/// whole words or vectors. Where the product keeps one triangle of its output (`masked`), each value passes through
-/// the skeleton's `keep` (`keep4`) first, which fills the other (0, or -inf for `Tri::Causal`).
+/// `acc` at run time, which moved it out of registers and made the whole product far slower (figures:
+/// docs/notes/source-measurements.md, `src/backend/wgpu/codegen/matmul_stores.rs`). With `store4` (packed or vector
+/// outputs), each thread's 4 neighbouring columns go to it together, which writes whole words or vectors. Where the
+/// product keeps one triangle of its output (`masked`), each value passes through the skeleton's `keep` (`keep4`)
+/// first, which fills the other (0, or -inf for `Tri::Causal`).
 pub(super) fn stores(tile: crate::kernel::MatmulTile, store4: bool, masked: bool) -> String {
     let keep = |name: &str, value: String| if masked { format!("{name}(row, col, {value})") } else { value };
     let (rm, rn) = (tile.tm / 4, tile.tn / 4);
@@ -142,12 +143,12 @@ fn store4_functions(e: &mut Emitter, epilogue: usize, row: usize, col: usize) {
     e.line(0, "}");
 }
 
-/// The epilogue of a kernel with `packed` outputs (narrow elements stored by atomic word updates where they are
-/// stored one at a time), as three functions: `epi` runs the epilogue of one element, stores its word-sized
-/// outputs and returns the packed outputs' bits; `store` writes those bits one element at a time; `store4` takes 4
-/// neighbouring columns of one row, and where they fill whole words (the first one's flat index a multiple of the
-/// elements per word, all 4 inside) writes each word once. Element by element, a bf16 product's two atomic updates
-/// per output ran 4096^3 at 2.3 TFLOP/s against the f32 kernel's 28.
+/// The epilogue of a kernel with `packed` outputs (narrow elements stored by atomic word updates where they are stored
+/// one at a time), as three functions: `epi` runs the epilogue of one element, stores its word-sized outputs and
+/// returns the packed outputs' bits; `store` writes those bits one element at a time; `store4` takes 4 neighbouring
+/// columns of one row, and where they fill whole words (the first one's flat index a multiple of the elements per word,
+/// all 4 inside) writes each word once. Element by element, a bf16 product's two atomic updates per output made it far
+/// slower than the f32 kernel.
 fn packed_stores(e: &mut Emitter, packed: &[(usize, u32)], epilogue: usize, row: usize, col: usize) {
     debug_assert!(e.k.store_view.is_none(), "only f32 outputs are stored through a view");
     epi(e, ("u32", packed.len()), epilogue, row, col, |e, o, v| match packed.iter().position(|&(p, _)| p == o) {

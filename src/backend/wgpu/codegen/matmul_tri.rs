@@ -1,9 +1,10 @@
 //! The tiled skeleton specialised for a triangular product ([`Tri`]): the block's steps of k bounded by the triangle
 //! kept, A's dropped elements staged as 0, and the output's dropped triangle stored as 0 (-inf for `Causal`).
 //!
-//! Full products use the skeleton as written: these edits apply only where a triangle is kept, so the kernels that
-//! have been tuned compile from exactly the text they were tuned with (with the same edits guarded by constants, the
-//! f32 4096^3 product ran at 36.0 TFLOP/s on the H200 against 37.3-37.5).
+//! Full products use the skeleton as written: these edits apply only where a triangle is kept, so the kernels that have
+//! been tuned compile from exactly the text they were tuned with (with the same edits guarded by constants, the f32
+//! full product ran measurably slower; figures: docs/notes/source-measurements.md,
+//! `src/backend/wgpu/codegen/matmul_tri.rs`).
 
 use crate::op::Tri;
 use std::borrow::Cow;
@@ -68,8 +69,8 @@ pub(super) fn specialise(skeleton: &str, tri: Tri) -> Cow<'_, str> {
         ("for (var k0 = 0u; k0 < size.z; k0 += BK)", "for (var k0 = k_lo; k0 < k_hi; k0 += BK)".into(), 1),
         ("if (k0 + BK < size.z)", "if (k0 + BK < k_hi)".into(), 1),
         // A's elements are zeroed as they are staged, after the loop over the previous slab: zeroed as they are
-        // fetched, each select waits for its load before that loop, and the A-masked products on the H200 took
-        // 18.1 ms over 6 nanoGPT steps against 14.1 without masking (15.5 as full products).
+        // fetched, each select waits for its load before that loop, and the A-masked products ran slower than with no
+        // masking, slower even than as full products.
         (
             "slab_a[(c.y + t) * SA + c.x / 4u][c.x % 4u] = next_a[j + t];",
             "slab_a[(c.y + t) * SA + c.x / 4u][c.x % 4u] = keep_a(m0 + c.x, k0 + c.y + t, next_a[j + t]);".into(),
@@ -107,7 +108,7 @@ mod tests {
     use super::*;
     use crate::backend::wgpu::codegen::{generate, validate, Target};
     use crate::dtype::DType;
-    use crate::graph::{Graph, Op};
+    use crate::graph::{Graph, NodeOp};
     use crate::kernel::Kind;
     use crate::schedule::{plan, Options};
     use crate::shape::Shape;
@@ -117,18 +118,18 @@ mod tests {
     fn product(tri: Tri, (batch, m, k, n): (usize, usize, usize, usize), a_transposed: bool) -> String {
         let mut g = Graph::default();
         let a = if a_transposed {
-            let d = g.add(Op::Data(vec![0; batch * m * k]), Shape::from([batch, k, m]), DType::F32);
+            let d = g.add(NodeOp::Data(vec![0; batch * m * k]), Shape::from([batch, k, m]), DType::F32);
             let v = View {
                 shape: Shape::from([batch, m, k]),
                 strides: vec![(m * k) as isize, 1, m as isize].into(),
                 offset: 0,
             };
-            g.add(Op::View(v, d), Shape::from([batch, m, k]), DType::F32)
+            g.add(NodeOp::View(v, d), Shape::from([batch, m, k]), DType::F32)
         } else {
-            g.add(Op::Data(vec![0; batch * m * k]), Shape::from([batch, m, k]), DType::F32)
+            g.add(NodeOp::Data(vec![0; batch * m * k]), Shape::from([batch, m, k]), DType::F32)
         };
-        let b = g.add(Op::Data(vec![0; batch * k * n]), Shape::from([batch, k, n]), DType::F32);
-        let p = g.add(Op::Matmul(a, b, tri), Shape::from([batch, m, n]), DType::F32);
+        let b = g.add(NodeOp::Data(vec![0; batch * k * n]), Shape::from([batch, k, n]), DType::F32);
+        let p = g.add(NodeOp::Matmul(a, b, tri), Shape::from([batch, m, n]), DType::F32);
         let kernels = plan(&g, &[p], &Options::TEST).kernels;
         if tri != Tri::Full {
             assert_eq!(kernels.len(), 1);

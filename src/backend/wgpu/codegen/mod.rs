@@ -4,9 +4,9 @@
 //! The source depends only on a kernel's structure (ops, types, bindings, which loads are strided, the rank), never
 //! on sizes, strides, offsets or scalar values, which travel in the parameter buffer; [`Key`] is that structure.
 
+pub(crate) mod dispatch;
 mod elementwise;
 mod emit;
-pub(crate) mod group;
 mod helpers;
 mod matmul;
 mod matmul_form;

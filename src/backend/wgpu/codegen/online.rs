@@ -2,11 +2,12 @@
 //!
 //! A rows kernel folds `m = max(x)` and then `s = sum(exp(x - clamp(m)))` (`clamp` to the finite floats, as
 //! `Tensor::logsumexp` writes it), each phase reading the row. A row longer than the cache (cross-entropy over a
-//! 50257-word vocabulary) is then read from memory twice: on the H200 one fold of `[8192, 50257]` streamed at 3.9
-//! TB/s and the pair at half that. Here each thread keeps, per element it reads, its maximum `m_t` so far and
-//! `s_t = sum(exp(x - clamp(m_t)))`, rescaling `s_t` by `exp(clamp(m_old) - clamp(m_new))` when the maximum grows;
-//! the team then folds `M = max(m_t)` and `sum(s_t exp(clamp(m_t) - clamp(M)))`, which is the second fold up to
-//! rounding. `M` is the first fold exactly. The CPU backend runs the two phases as written.
+//! 50257-word vocabulary) is then read from memory twice, and the pair of folds streamed at about half one fold's rate
+//! (figures: docs/notes/source-measurements.md, `src/backend/wgpu/codegen/online.rs`). Here each thread keeps, per
+//! element it reads, its maximum `m_t` so far and `s_t = sum(exp(x - clamp(m_t)))`, rescaling `s_t` by
+//! `exp(clamp(m_old) - clamp(m_new))` when the maximum grows; the team then folds `M = max(m_t)` and
+//! `sum(s_t exp(clamp(m_t) - clamp(M)))`, which is the second fold up to rounding. `M` is the first fold exactly. The
+//! CPU backend runs the two phases as written.
 
 use super::emit::Emitter;
 use super::reduce::{own_index, steps, tree, UNROLL};

@@ -184,11 +184,10 @@ pub(super) fn output_coords(e: &mut Emitter, axis: usize) {
 /// Independent folds each thread keeps, one element each per step.
 pub(super) const UNROLL: usize = 4;
 
-/// Independent folds of a column fold's thread. A thread per output walks its chunk of the axis alone, each step
-/// a round trip to memory, so more steps in flight shorten that chain: the fold of `[1, 4096] x [4096, 4096]`'s 64
-/// partial sums per output took 9.8 us on the H200 with 4. With 16 (8 was no better than 4), in one call
-/// alternating the two: that product 1502-1794 -> 1623-1896 GB/s, `x.sum(0)` of nanoGPT's `[16384, 384]` bias
-/// gradients 808-865 -> 1140-1496 GB/s, its training step 52.6 -> 51.7 ms.
+/// Independent folds of a column fold's thread. A thread per output walks its chunk of the axis alone, each step a
+/// round trip to memory, so more steps in flight shorten that chain: 16 against 4 sped up the fold of a GEMV's partial
+/// sums (`[1, 4096] x [4096, 4096]`), `x.sum(0)` of nanoGPT's bias gradients and its training step, where 8 was no
+/// better than 4 (figures: docs/notes/source-measurements.md, `src/backend/wgpu/codegen/reduce.rs`).
 pub(crate) const COLUMN_UNROLL: usize = 16;
 
 /// What one fold loop computes: instructions `body` give the element folded (in `value`) with `op` along `axis`.

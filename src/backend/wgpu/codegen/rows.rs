@@ -6,13 +6,14 @@ use super::{lane_type, param, Target, WORKGROUP_SIZE};
 use crate::hash::FastMap;
 use crate::kernel::{Access, Instr, Kernel, Kind, Phase};
 
-// A fold phase folds its element over the row (threads striding, then a tree) and hands the result to every
-// thread; a map phase computes its outputs for every element of the row. Wide kernels whose row is at most
-// `UNROLL` vectors per thread read the row from memory once, into registers (`rc{input}`), and every phase reads it
-// there; longer rows stream it in each phase and the later phases find it in cache. Which path runs depends on
-// the row length, a parameter, so a new length compiles nothing. The cached path also keeps what several phases
-// compute alike from the row before any fold (`row_values`: an attention's mask and scale), so each phase reads it
-// instead of computing it again: nanoGPT's masked softmax went from 1866 to 2235 GB/s on the H200.
+// A fold phase folds its element over the row (threads striding, then a tree) and hands the result to every thread; a
+// map phase computes its outputs for every element of the row. Wide kernels whose row is at most `UNROLL` vectors per
+// thread read the row from memory once, into registers (`rc{input}`), and every phase reads it there; longer rows
+// stream it in each phase and the later phases find it in cache. Which path runs depends on the row length, a
+// parameter, so a new length compiles nothing. The cached path also keeps what several phases compute alike from the
+// row before any fold (`row_values`: an attention's mask and scale), so each phase reads it instead of computing it
+// again, which made nanoGPT's masked softmax markedly faster (figures: docs/notes/source-measurements.md,
+// `src/backend/wgpu/codegen/rows.rs`).
 
 /// The WGSL source of a rows kernel.
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
@@ -211,10 +212,10 @@ fn row_values(k: &Kernel) -> RowValues {
     // What the phases read once kept values come from registers, and what computing the kept values reads.
     let live = reads(k, phase_roots(k), |n| of.contains_key(&n));
     let need = reads(k, kept.iter().copied(), |_| false);
-    // No more registers than the row's loads hold already: the kept values must free as many of them as they
-    // take. nanoGPT's layer-norm backward kept two values while its first phase still read all three of their
-    // inputs, and ran 12-14% slower (2303-2445 against 2670-2759 GB/s, H200); its masked softmax's one kept value
-    // replaces the one load it reads, and ran 20% faster.
+    // No more registers than the row's loads hold already: the kept values must free as many of them as they take.
+    // nanoGPT's layer-norm backward kept two values while its first phase still read all three of their inputs, and ran
+    // slower for it; its masked softmax's one kept value replaces the one load it reads, and ran faster (figures:
+    // docs/notes/source-measurements.md, `src/backend/wgpu/codegen/rows.rs`).
     let own_inputs = |only_live: bool| {
         let mut inputs: Vec<usize> = (0..len)
             .filter(|&n| phase_of[n] != usize::MAX && (live[n] || !only_live))

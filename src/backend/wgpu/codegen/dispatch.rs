@@ -318,7 +318,7 @@ mod tests {
         let map = bin(&mut g, BinaryOp::Mul, c, two);
         let map = un(&mut g, UnaryOp::Exp, map);
         let view = crate::view::View::contiguous(&[64, 96].into()).permute(&[1, 0]);
-        let dt = g.add(crate::graph::Op::View(view, d), [96, 64].into(), crate::dtype::DType::F32);
+        let dt = g.add(crate::graph::NodeOp::View(view, d), [96, 64].into(), crate::dtype::DType::F32);
         let tiled = un(&mut g, UnaryOp::Sin, dt);
         let max = fold(&mut g, ReduceOp::Max, e, 1);
         let shifted = bin(&mut g, BinaryOp::Sub, e, max);

@@ -1,5 +1,5 @@
 //! Measures 32 realizes in a row, then one `synchronize`, at queue depths 0 to 3: the figures behind lazor's
-//! default `LAZOR_QUEUE_DEPTH`. Run with `cargo run --release --example queue_depth` (on a GPU: the default device).
+//! default `LAZOR_QUEUE_DEPTH`. Run with `cargo bench --bench queue_depth` (on a GPU: the default device).
 
 use lazor::{Device, Tensor};
 use std::time::Instant;
@@ -17,7 +17,9 @@ fn main() {
     big.realize().expect("upload");
     square.realize().expect("upload");
     for depth in [1, 2, 3, 0] {
-        dev.set_queue_depth(depth);
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_queue_depth(depth);
+        }
         for case in ["sum(-1)", "sum(0)", "softmax(-1)", "layer norm"] {
             let make = || match case {
                 "sum(-1)" => big.sum(-1),

@@ -2,11 +2,11 @@
 //! another writes join one dispatch (`Kernel::joins`), each member on its own range of workgroups.
 //!
 //! Ordered by depth (`by_depth`), independent kernels sit side by side; joined, they share one launch. On by
-//! `Device::set_grouping` (`LAZOR_GROUP=1`): on the H200 many small independent kernels ran 7-14% faster joined,
-//! but nanoGPT's step ran 0.8% slower in 193 dispatches instead of 246 (docs/BENCHMARKS.md, "Grouped
-//! dispatches"): alone, a kernel off its chain of dependent kernels overlaps the chain's next kernel; joined, the
-//! next dispatch waits for both members. Products never join: a shader holding two products ran each 14% slower (its registers are the
-//! larger member's and more; the tiled product alone sits at the driver's cap).
+//! `Device::set_grouping` (`LAZOR_GROUP=1`): many small independent kernels ran faster joined, but nanoGPT's step ran
+//! slightly slower in fewer dispatches (docs/BENCHMARKS.md, "Grouped dispatches"): alone, a kernel off its chain of
+//! dependent kernels overlaps the chain's next kernel; joined, the next dispatch waits for both members. Products never
+//! join: a shader holding two products ran each slower (its registers are the larger member's and more; the tiled
+//! product alone sits at the driver's cap).
 
 use crate::hash::FastSet;
 use crate::kernel::{Kernel, Kind};
@@ -115,7 +115,8 @@ mod tests {
         let p = plan(&g, &folds, &GROUP);
         assert_eq!(dispatches(&p.kernels), vec![0..2, 2..4, 4..5]);
         let (a, b) = (data(&mut g, &[32, 16]), data(&mut g, &[16, 32]));
-        let mm = g.add(crate::graph::Op::Matmul(a, b, crate::op::Tri::Full), [32, 32].into(), crate::dtype::DType::F32);
+        let mm =
+            g.add(crate::graph::NodeOp::Matmul(a, b, crate::op::Tri::Full), [32, 32].into(), crate::dtype::DType::F32);
         let p = plan(&g, &[folds[0], mm, folds[1]], &GROUP);
         let kinds: Vec<bool> = p.kernels.iter().map(|k| matches!(k.kind, Kind::Matmul(_))).collect();
         for run in dispatches(&p.kernels) {

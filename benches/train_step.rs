@@ -1,7 +1,7 @@
 //! Times forward + backward of two MLPs with a softmax cross-entropy, loss and every gradient in one realize; a
 //! full training step with AdamW (forward, backward and every update in one realize, `optim::AdamW::step_with`),
 //! as PyTorch's fused-AdamW step in `torch_reference.py train`; and the large model's eight matrix products alone (3 forward, 3 weight gradients, 2 input gradients) for scale.
-//! Prints milliseconds and dispatches per step. `cargo run --release --example train_step` (784-1024-1024-10 at
+//! Prints milliseconds and dispatches per step. `cargo bench --bench train_step` (784-1024-1024-10 at
 //! batch 4096 and 784-128-10 at batch 64); `-- --quick` runs small sizes and few steps, as a smoke test;
 //! `-- --profile` also prints the large model's kernels with their GPU times (`Device::profile`).
 
