@@ -415,3 +415,26 @@ fn floors_of_the_top_level_modules() {
         println!("floor {f:2}  {n}  -> {:?}", deps[*n]);
     }
 }
+
+/// The floors above the API (autograd, layers, optimizers, checkpoints) name tensors, never what lies under the
+/// `Tensor` seam: the graph, the scheduler, the kernel IR, the backends or the orchestrator.
+#[test]
+fn the_floors_above_the_api_stay_above_the_tensor_seam() {
+    let (house, edges) = house();
+    let upper = |rel: &str| {
+        ["src/autograd/", "src/nn/", "src/optim/"].iter().any(|p| rel.starts_with(p)) || rel == "src/safetensors.rs"
+    };
+    let under = ["graph", "schedule", "kernel", "backend", "realize", "reference"];
+    let mut crossings = Vec::new();
+    for (a, out) in edges.iter().enumerate() {
+        if !upper(&house.files[a].rel) {
+            continue;
+        }
+        for &b in out {
+            if house.files[b].module.first().is_some_and(|m| under.contains(&m.as_str())) {
+                crossings.push(format!("{} -> {}", house.files[a].rel, house.files[b].rel));
+            }
+        }
+    }
+    assert!(crossings.is_empty(), "imports from under the Tensor seam:\n{}", crossings.join("\n"));
+}
