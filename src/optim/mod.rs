@@ -5,9 +5,9 @@
 //! forward pass, the backward pass and the update are one realize and one submit. Each parameter's update is
 //! elementwise over the parameter's shape, so the scheduler fuses it, new value and new states, into one kernel,
 //! or into the epilogue of the kernel that computes the gradient, and the new states are stored into the old
-//! states' buffers (nothing else holds those). The learning rate and the step's bias corrections are graph
-//! constants, which kernels read as parameters: a schedule that changes them every step compiles nothing and
-//! reuses its plan.
+//! states' buffers (nothing else holds those). The learning rate and the step's number are graph constants, which
+//! kernels read as parameters: a schedule that changes them every step compiles nothing and reuses its plan. A
+//! [`GradScaler`] steps an optimizer the same way, with its inf/NaN check and the skip on the device.
 //!
 //! ```no_run
 //! use lazor::nn::{self, Module};
