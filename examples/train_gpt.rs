@@ -372,7 +372,8 @@ fn sample(model: &Gpt, chars: &[char], code: &dyn Fn(char) -> i32, cfg: &Config,
         let window = &ids[ids.len().saturating_sub(cfg.context)..];
         let x = Tensor::from_slice_on(window, [1, window.len()], dev);
         let logits = lazor::no_grad(|| amp(cfg, || model.forward(&x)));
-        let last = logits.narrow(1, window.len() - 1, 1).reshape([chars.len()]).to_dtype(DType::F32).softmax(0).to_vec();
+        let last =
+            logits.narrow(1, window.len() - 1, 1).reshape([chars.len()]).to_dtype(DType::F32).softmax(0).to_vec();
         let u = rng.unit();
         let mut acc = 0.0;
         let next = last.iter().position(|&p| {

@@ -566,7 +566,7 @@ pub fn train(opts: &Options, data: &Data, dev: &Device) -> Result<Report, String
         model.save(path).map_err(|e| format!("--save: {e}"))?;
     }
     if let Some(dir) = dump {
-        dump_run(dir, &model, data, &used, &lrs, &report.losses, &config, opts.amp)?;
+        dump_run(dir, &model, data, &used, &lrs, &report.losses, (&config, opts.amp))?;
     }
     if let Some(path) = &opts.plot {
         plot(path, &report.losses).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -599,8 +599,7 @@ fn dump_run(
     used: &[u32],
     lrs: &[f32],
     losses: &[f32],
-    config: &AdamWConfig,
-    amp: Option<DType>,
+    (config, amp): (&AdamWConfig, Option<DType>),
 ) -> Result<(), String> {
     let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", dir.display());
     let images: Vec<u8> = used

@@ -102,7 +102,13 @@ fn products_compute_in_the_region_type() {
             }
             // And their values are the f32 ones, to the half type's precision.
             let want = o.x.matmul(&o.w.t()).to_vec();
-            common::assert_close(&outs[0].1.to_dtype(DType::F32).to_vec(), &want, 4.0 * tol(dt), 4.0 * tol(dt), &format!("{dt} matmul"));
+            common::assert_close(
+                &outs[0].1.to_dtype(DType::F32).to_vec(),
+                &want,
+                4.0 * tol(dt),
+                4.0 * tol(dt),
+                &format!("{dt} matmul"),
+            );
         }
         // Outside a region, ordinary promotion: f32.
         assert_eq!(F::linear(&o.x, &o.w, Some(&o.b)).dtype(), DType::F32);
@@ -219,9 +225,8 @@ fn gradients_cast_back_to_each_value_s_type() {
             }
             // The f32 weights' gradients approximate those of the same model in f32.
             let grads = loss.backward();
-            let f32_loss = fc2
-                .forward(&(fc1.forward(&x).relu() * gain.to_dtype(DType::F32)).softmax(-1))
-                .cross_entropy(&labels);
+            let f32_loss =
+                fc2.forward(&(fc1.forward(&x).relu() * gain.to_dtype(DType::F32)).softmax(-1)).cross_entropy(&labels);
             let want = f32_loss.backward();
             for p in fc1.vars().iter().chain(&fc2.vars()) {
                 let what = format!("{}: autocast({dt}) gradient of an f32 weight", dev.name());
@@ -246,7 +251,12 @@ fn casts_fuse_into_the_kernels_that_read_them() {
             lazor::realize(&[&xh, &wh, &bh]).unwrap();
             let stored = kernels(&dev, || F::linear(&xh, &wh, Some(&bh)).realize().unwrap());
             let cast = kernels(&dev, || autocast(dt, || F::linear(&o.x, &o.w, Some(&o.b))).realize().unwrap());
-            assert_eq!(cast, stored, "{}: autocast({dt}) linear: {cast} kernels, {stored} on stored halves", dev.name());
+            assert_eq!(
+                cast,
+                stored,
+                "{}: autocast({dt}) linear: {cast} kernels, {stored} on stored halves",
+                dev.name()
+            );
             assert_eq!(stored, 1, "{}: a linear layer is one kernel", dev.name());
             // A widening cast joins the op that reads it: one kernel for `exp` of a stored half tensor.
             let n = kernels(&dev, || autocast(dt, || xh.exp()).realize().unwrap());

@@ -148,7 +148,12 @@ fn the_scale_grows_after_growth_interval_clean_steps() {
         assert_eq!(got, want, "{}", dev.name());
         assert_eq!(opt.steps(), vec![10; 4], "{}: two steps skipped", dev.name());
         // A scale whose growth would overflow stays as it is, and the count restarts.
-        let c = GradScalerConfig { init_scale: f32::MAX / 2.0, growth_factor: 4.0, backoff_factor: 0.5, growth_interval: 1 };
+        let c = GradScalerConfig {
+            init_scale: f32::MAX / 2.0,
+            growth_factor: 4.0,
+            backoff_factor: 0.5,
+            growth_interval: 1,
+        };
         let mut scaler = GradScaler::new_on(c, &dev);
         let loss = net.loss(&x, &labels, 1e-30);
         scaler.step(&mut opt, &scaler.scale(&loss).backward());

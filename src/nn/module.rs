@@ -93,8 +93,7 @@ pub trait Module {
                 message: format!("parameters are cast to float types, not {dtype}"),
             });
         }
-        let vars: Vec<Var> =
-            self.vars().into_iter().filter(|v| v.dtype().is_float() && v.dtype() != dtype).collect();
+        let vars: Vec<Var> = self.vars().into_iter().filter(|v| v.dtype().is_float() && v.dtype() != dtype).collect();
         let casts: Vec<Tensor> = vars.iter().map(|v| v.detach().to_dtype(dtype)).collect();
         crate::tensor::realize(&casts.iter().collect::<Vec<_>>())?;
         for (v, cast) in vars.iter().zip(casts) {

@@ -228,7 +228,13 @@ impl<R: UpdateRule> Optimizer<R> {
 
     /// The lazy update of parameter `i` by its gradient `g`: its new value (in its own type) and states. `counts`
     /// holds the step counts where they live on the device; with `skip`, the old values where it holds.
-    fn update_one(&self, i: usize, g: &Tensor, counts: Option<&Tensor>, skip: Option<&Tensor>) -> (usize, Tensor, Vec<Tensor>) {
+    fn update_one(
+        &self,
+        i: usize,
+        g: &Tensor,
+        counts: Option<&Tensor>,
+        skip: Option<&Tensor>,
+    ) -> (usize, Tensor, Vec<Tensor>) {
         let p = &self.params[i];
         let t = match (counts, &self.steps) {
             (Some(c), _) => (c.narrow(0, i, 1).reshape([]) + 1i32).to_dtype(DType::F32),

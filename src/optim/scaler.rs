@@ -204,8 +204,7 @@ impl GradScaler {
             crate::no_grad(|| {
                 let wide: Vec<Tensor> = grads.iter().map(|(_, g)| self.divided(g)).collect();
                 let found = non_finite(&wide, &self.device);
-                let entries =
-                    grads.iter().zip(wide).map(|((v, g), w)| (v.clone(), w.to_dtype(g.dtype()))).collect();
+                let entries = grads.iter().zip(wide).map(|((v, g), w)| (v.clone(), w.to_dtype(g.dtype()))).collect();
                 (entries, found)
             })
         });
