@@ -6,6 +6,7 @@ mod common;
 
 use common::{check, devices, kernels, stored_within, Rng};
 use lazor::nn::{self, functional as F, Module};
+use lazor::optim::{AdamW, AdamWConfig};
 use lazor::{autocast, autocast_dtype, try_autocast, DType, Device, Tensor, Var};
 
 const HALVES: [DType; 2] = [DType::F16, DType::BF16];
@@ -272,6 +273,8 @@ fn casts_fuse_into_the_kernels_that_read_them() {
                 let g = loss.backward();
                 lazor::realize(&[&loss, &g.iter().next().unwrap().1.clone()]).unwrap();
             };
+            // Realized on its own, the f32 weight's gradient is one cast more: computed in the half type in its
+            // source's layout, then cast back.
             let wh_var = Var::new(wh.clone());
             let halves = kernels(&dev, || step(&xh, &wh_var));
             let mixed = kernels(&dev, || autocast(dt, || step(&o.x, &w)));
@@ -280,6 +283,32 @@ fn casts_fuse_into_the_kernels_that_read_them() {
                 "{}: autocast({dt}) forward and backward: {mixed} kernels, {halves} on stored halves",
                 dev.name()
             );
+            // In an AdamW step that cast joins the update: a step under autocast runs the f32 step's kernels.
+            let mlp = nn::Sequential::new(vec![
+                Box::new(nn::Linear::new_on(8, 16, true, 1, &dev)),
+                Box::new(nn::relu),
+                Box::new(nn::Linear::new_on(16, 4, true, 2, &dev)),
+            ]);
+            let labels = Tensor::from_vec_on(vec![0i32, 1, 2, 3, 0], [5], &dev);
+            labels.realize().unwrap();
+            let mut opts = [0, 1].map(|_| AdamW::new(&mlp.vars(), AdamWConfig::default()));
+            let mut step = |k: usize| {
+                let loss = || mlp.forward(&o.x).cross_entropy(&labels);
+                let loss = if k == 1 { autocast(dt, loss) } else { loss() };
+                opts[k].step_with(&loss.backward(), &[&loss]);
+            };
+            // Warm both up, so neither count includes a first plan.
+            (0..2).for_each(|_| (0..2).for_each(&mut step));
+            // Everything submitted before each count starts, and counted once it is.
+            let mut counted = |k: usize| {
+                dev.synchronize().unwrap();
+                kernels(&dev, || {
+                    step(k);
+                    dev.synchronize().unwrap();
+                })
+            };
+            let (f32_step, amp_step) = (counted(0), counted(1));
+            assert_eq!(amp_step, f32_step, "{}: an AdamW step under autocast({dt})", dev.name());
         }
     }
 }
