@@ -22,8 +22,18 @@ Run it (lazor's binary and this script on the same machine or not; only DIR trav
     train_mlp --steps 200 --dump check        # lazor: weights, batches, its losses and final weights
     python3 benches/torch_mlp.py check [--device cuda|cpu]
     train_mlp --compare check                 # exits 1 beyond the tolerances
+
+In mixed precision, `--amp bf16` on both sides: lazor trains under `lazor::autocast(BF16)` (and records `"amp":
+"bf16"` in `config.json`), this script under `torch.autocast(device_type, dtype=torch.bfloat16)`, the weights and
+AdamW's states in f32 on both; the comparison then asks every loss within 1e-2 relative and every final weight
+within 1e-2. `--amp f16` adds PyTorch's `GradScaler` (defaults), as lazor's run adds its own.
+
+    train_mlp --steps 200 --amp bf16 --dump check-bf16
+    python3 benches/torch_mlp.py check-bf16 --amp bf16
+    train_mlp --compare check-bf16
 """
 import argparse
+import contextlib
 import json
 import os
 import struct
@@ -82,6 +92,16 @@ def read_idx(path):
 
 ACTIVATIONS = {"relu": torch.nn.ReLU, "gelu_tanh": lambda: torch.nn.GELU(approximate="tanh")}
 
+AMP_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def grad_scaler(dev, enabled):
+    """torch.amp.GradScaler with PyTorch's defaults (lazor's GradScalerConfig::default() too), where this PyTorch
+    has it (2.3 on), else the CUDA one; disabled, a pass-through."""
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler(dev.type, enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)
+
 
 def model_from(weights, activation):
     """nn.Sequential(Linear, activation, Linear, ...) of the shapes of `weights`, loaded strictly."""
@@ -101,6 +121,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", help="the directory `train_mlp --dump DIR` wrote")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--amp",
+        choices=sorted(AMP_TYPES),
+        help="train under torch.autocast to this type (f16 with a GradScaler), as `train_mlp --amp` did",
+    )
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -111,6 +136,9 @@ def main():
     with open(path("config.json")) as f:
         config = json.load(f)
     batch, steps, lrs = config["batch"], config["steps"], config["lrs"]
+    # The dump says which precision lazor trained in; a run in another would compare different things.
+    if config.get("amp") != args.amp:
+        sys.exit(f"{args.dir}: lazor trained with --amp {config.get('amp')}, this run asks --amp {args.amp}")
     model = model_from(read_safetensors(path("init.safetensors")), config["activation"]).to(dev)
     (count, rows, cols), images = read_idx(path("batches-images-idx3-ubyte"))
     (_,), labels = read_idx(path("batches-labels-idx1-ubyte"))
@@ -128,22 +156,30 @@ def main():
         eps=config["eps"],
         weight_decay=config["weight_decay"],
     )
+    amp_dtype = AMP_TYPES.get(args.amp)
+    # A pass-through unless f16: bf16 has f32's range and needs no loss scaling.
+    scaler = grad_scaler(dev, enabled=amp_dtype is torch.float16)
     losses = []
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = lrs[step]
         x, y = x_all[step * batch:(step + 1) * batch], y_all[step * batch:(step + 1) * batch]
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        # Under autocast the Linear layers run in the half type, cross_entropy in f32; the weights stay f32.
+        region = torch.autocast(device_type=dev.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
+        with region:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.detach().float())
     losses = torch.stack(losses).cpu().tolist()
     with open(path("torch_losses.txt"), "w") as f:
         f.writelines(f"{l!r}\n" for l in losses)
     write_safetensors(path("torch_final.safetensors"), model.state_dict())
+    precision = f"{args.amp} autocast" if args.amp else "f32"
     print(
-        f"torch_mlp: {steps} AdamW steps of {batch} on {dev}: loss {losses[0]:.4f} -> {losses[-1]:.4f}; wrote "
+        f"torch_mlp: {steps} AdamW steps of {batch} on {dev} in {precision}: loss {losses[0]:.4f} -> {losses[-1]:.4f}; wrote "
         f"{path('torch_losses.txt')} and {path('torch_final.safetensors')}"
     )
 

@@ -6,17 +6,21 @@
 //! cargo run --release --example train_gpt                          # Shakespeare's sonnets shipped in the repo
 //! cargo run --release --example train_gpt -- --text input.txt --steps 2000
 //! cargo run --release --example train_gpt -- --nanogpt --steps 50  # nanoGPT's shakespeare_char shape (GPU)
+//! cargo run --release --example train_gpt -- --nanogpt --amp bf16  # in mixed precision
 //! ```
 //!
 //! Flags: `--text PATH`, `--steps N`, `--layers N`, `--heads N`, `--width N`, `--context N`, `--batch N`,
-//! `--lr X`, `--eval-every N`, `--sample N` (characters to print after training), `--seed N`, and `--nanogpt`
-//! (6 layers, 6 heads, 384 wide, context 256, batch 64). It prints the loss, milliseconds and dispatches per
+//! `--lr X`, `--eval-every N`, `--sample N` (characters to print after training), `--seed N`, `--nanogpt`
+//! (6 layers, 6 heads, 384 wide, context 256, batch 64), and `--amp bf16|f16`: the model under
+//! `lazor::autocast` (products and attention in the half type, layer norms, softmax and the loss in f32, the
+//! weights and AdamW's states in f32), as nanoGPT's `dtype = 'bfloat16'`; with f16 each step goes through a
+//! `GradScaler`, whose loss scale the progress lines show. It prints the loss, milliseconds and dispatches per
 //! step, and the validation loss (the last tenth of the text) before training, as nanoGPT does, and at every
 //! evaluation. Evaluating first also compiles the evaluation's kernels before any step is timed.
 
 use lazor::nn::{self, functional as F, Module};
-use lazor::optim::{AdamW, AdamWConfig};
-use lazor::{Device, Tensor, Var};
+use lazor::optim::{AdamW, AdamWConfig, GradScaler, GradScalerConfig};
+use lazor::{DType, Device, Tensor, Var};
 use std::time::Instant;
 
 /// The model's shape and the training settings.
@@ -32,6 +36,8 @@ struct Config {
     eval_every: usize,
     sample: usize,
     seed: u64,
+    /// Mixed precision: the model under `autocast` to this type.
+    amp: Option<DType>,
 }
 
 /// One transformer block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))`.
@@ -169,11 +175,21 @@ fn batch(data: &[i32], b: usize, t: usize, rng: &mut Rng, dev: &Device) -> (Tens
     (Tensor::from_vec_on(x, [b, t], dev), Tensor::from_vec_on(y, [b * t], dev))
 }
 
-/// The mean cross-entropy of the model's predictions for `x`'s next tokens `y`.
-fn loss_of(model: &Gpt, x: &Tensor, y: &Tensor) -> Tensor {
-    let logits = model.forward(x);
-    let vocab = logits.shape()[2];
-    logits.reshape([y.numel(), vocab]).cross_entropy(y)
+/// The mean cross-entropy of the model's predictions for `x`'s next tokens `y` (under autocast with `--amp`).
+fn loss_of(model: &Gpt, x: &Tensor, y: &Tensor, cfg: &Config) -> Tensor {
+    amp(cfg, || {
+        let logits = model.forward(x);
+        let vocab = logits.shape()[2];
+        logits.reshape([y.numel(), vocab]).cross_entropy(y)
+    })
+}
+
+/// `f` under autocast to `--amp`'s type, or as it is.
+fn amp<R>(cfg: &Config, f: impl FnOnce() -> R) -> R {
+    match cfg.amp {
+        Some(dt) => lazor::autocast(dt, f),
+        None => f(),
+    }
 }
 
 fn parse(args: &[String]) -> (Config, Option<String>) {
@@ -188,6 +204,7 @@ fn parse(args: &[String]) -> (Config, Option<String>) {
         eval_every: 100,
         sample: 300,
         seed: 1,
+        amp: None,
     };
     let mut text = None;
     let mut it = args.iter();
@@ -208,6 +225,13 @@ fn parse(args: &[String]) -> (Config, Option<String>) {
             "--seed" => cfg.seed = num() as u64,
             "--lr" => cfg.lr = it.next().and_then(|v| v.parse().ok()).expect("--lr needs a number"),
             "--text" => text = it.next().cloned(),
+            "--amp" => {
+                cfg.amp = match it.next().map(String::as_str) {
+                    Some("bf16") => Some(DType::BF16),
+                    Some("f16") => Some(DType::F16),
+                    other => panic!("--amp is bf16 or f16, not {other:?}"),
+                }
+            }
             "--nanogpt" => {
                 (cfg.layers, cfg.heads, cfg.width, cfg.context, cfg.batch) = (6, 6, 384, 256, 64);
             }
@@ -240,7 +264,7 @@ fn main() {
     let count: usize = params.iter().map(|p| p.numel()).sum();
     println!(
         "train_gpt on {}: {} characters ({} distinct), {} layers, {} heads, width {}, context {}, batch {}, {:.2} M \
-         parameters",
+         parameters{}",
         dev.name(),
         data.len(),
         chars.len(),
@@ -249,13 +273,20 @@ fn main() {
         cfg.width,
         cfg.context,
         cfg.batch,
-        count as f64 / 1e6
+        count as f64 / 1e6,
+        match cfg.amp {
+            Some(DType::F16) => ", f16 autocast with a GradScaler".to_string(),
+            Some(dt) => format!(", {dt} autocast"),
+            None => String::new(),
+        }
     );
     let mut opt =
         AdamW::new(&params, AdamWConfig { lr: cfg.lr, betas: (0.9, 0.99), weight_decay: 0.1, ..Default::default() });
+    // f16 needs its loss scaled (bf16 has f32's range).
+    let mut scaler = (cfg.amp == Some(DType::F16)).then(|| GradScaler::new_on(GradScalerConfig::default(), &dev));
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ cfg.seed);
     let (vx, vy) = batch(val, cfg.batch, cfg.context, &mut Rng(7), &dev);
-    let validation = || lazor::no_grad(|| loss_of(&model, &vx, &vy)).to_scalar();
+    let validation = || lazor::no_grad(|| loss_of(&model, &vx, &vy, &cfg)).to_scalar();
     println!("step {:5}: validation loss {:.4}", 0, validation());
     // Steps are not synchronized one by one: the host builds the next step's graph while the GPU runs the last,
     // as a training loop runs. Time per step is taken over the steps between two reports (the loss read waits for
@@ -267,11 +298,17 @@ fn main() {
         let start = Instant::now();
         let before = dev.stats();
         let (x, y) = batch(train, cfg.batch, cfg.context, &mut rng, &dev);
-        let loss = loss_of(&model, &x, &y);
+        let loss = loss_of(&model, &x, &y, &cfg);
         let built = start.elapsed();
-        let grads = loss.backward();
+        let grads = match &scaler {
+            Some(scaler) => scaler.scale(&loss).backward(),
+            None => loss.backward(),
+        };
         let differentiated = start.elapsed();
-        opt.step_with(&grads, &[&loss]);
+        match &mut scaler {
+            Some(scaler) => scaler.step_with(&mut opt, &grads, &[&loss]),
+            None => opt.step_with(&grads, &[&loss]),
+        }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         hosts.push([ms(built), ms(differentiated - built), ms(start.elapsed() - differentiated)]);
         window.1 += 1;
@@ -292,6 +329,10 @@ fn main() {
                 median(&mut hosts.iter().map(|h| h[2]).collect::<Vec<_>>()),
             );
             hosts.clear();
+            let line = match &scaler {
+                Some(scaler) => format!("{line}, loss scale {}", scaler.scale_value()),
+                None => line,
+            };
             if step % cfg.eval_every == 0 || step == cfg.steps {
                 println!("{line}, validation loss {:.4}", validation());
             } else {
@@ -311,7 +352,7 @@ fn main() {
 /// The training loss on a fixed batch, for the last line.
 fn loss_last(model: &Gpt, train: &[i32], cfg: &Config, dev: &Device) -> f32 {
     let (x, y) = batch(train, cfg.batch, cfg.context, &mut Rng(11), dev);
-    lazor::no_grad(|| loss_of(model, &x, &y)).to_scalar()
+    lazor::no_grad(|| loss_of(model, &x, &y, cfg)).to_scalar()
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -330,8 +371,9 @@ fn sample(model: &Gpt, chars: &[char], code: &dyn Fn(char) -> i32, cfg: &Config,
     for _ in 0..cfg.sample {
         let window = &ids[ids.len().saturating_sub(cfg.context)..];
         let x = Tensor::from_slice_on(window, [1, window.len()], dev);
-        let logits = lazor::no_grad(|| model.forward(&x));
-        let last = logits.narrow(1, window.len() - 1, 1).reshape([chars.len()]).softmax(0).to_vec();
+        let logits = lazor::no_grad(|| amp(cfg, || model.forward(&x)));
+        let last =
+            logits.narrow(1, window.len() - 1, 1).reshape([chars.len()]).to_dtype(DType::F32).softmax(0).to_vec();
         let u = rng.unit();
         let mut acc = 0.0;
         let next = last.iter().position(|&p| {

@@ -29,7 +29,7 @@
 //!
 //! ```text
 //! train_mlp [DATA_DIR] [--epochs N] [--steps N] [--backend cpu|gpu] [--seed N] [--plot PATH | --no-plot]
-//!           [--load PATH] [--save PATH] [--dump DIR] [--compare DIR] [--host-batches] [--conv]
+//!           [--load PATH] [--save PATH] [--dump DIR] [--compare DIR] [--host-batches] [--conv] [--amp bf16|f16]
 //! ```
 //!
 //! - `--epochs N` (default 5); `--steps N` stops after N steps in all (CI runs a few).
@@ -37,6 +37,9 @@
 //!   otherwise the default device (`LAZOR_BACKEND` picks it).
 //! - `--load PATH` starts from the weights of a safetensors file; `--save PATH` writes the trained weights.
 //! - `--host-batches` uploads each batch from the host instead of keeping the training set on the device.
+//! - `--amp bf16|f16` trains in mixed precision: the forward pass under `lazor::autocast` (the products in the half
+//!   type, the loss in f32, the weights kept in f32); with f16 the step goes through a `GradScaler`, whose scale the
+//!   progress line shows.
 //! - `--plot PATH` names the loss plot (default `train_mlp_loss.svg`).
 //! - `--dump DIR` writes what `benches/torch_mlp.py` needs to train the same model in PyTorch from the same
 //!   weights on the same batches: `init.safetensors` (the initial weights), `config.json` (the hyperparameters),
@@ -52,11 +55,15 @@
 //! python3 benches/torch_mlp.py check
 //! cargo run --release --example train_mlp -- --compare check
 //! ```
+//!
+//! The same in mixed precision, against PyTorch's bf16 autocast: add `--amp bf16` to the first two commands; the
+//! comparison reads the type from `config.json` and asks every loss within 1e-2 relative and every final weight
+//! within 1e-2.
 
 use flate2::read::GzDecoder;
 use indicatif::{ProgressBar, ProgressStyle};
 use lazor::nn::{self, Module};
-use lazor::optim::{AdamW, AdamWConfig};
+use lazor::optim::{AdamW, AdamWConfig, GradScaler, GradScalerConfig};
 use lazor::{DType, Device, Tensor};
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -83,6 +90,9 @@ const READ_EVERY: usize = 10;
 /// The comparison's tolerances: losses relative, final weights absolute.
 const LOSS_RTOL: f64 = 1e-3;
 const WEIGHT_ATOL: f64 = 1e-3;
+/// The tolerances of the check in mixed precision.
+const AMP_LOSS_RTOL: f64 = 1e-2;
+const AMP_WEIGHT_ATOL: f64 = 1e-2;
 
 /// What to do, from the command line.
 #[derive(Clone, Debug)]
@@ -103,6 +113,8 @@ pub struct Options {
     pub conv: bool,
     /// Upload each batch from the host rather than keeping the training set on the device.
     pub host_batches: bool,
+    /// Mixed precision: the forward pass under `autocast` to this type (and a `GradScaler` for f16).
+    pub amp: Option<DType>,
     /// No progress bar and no per-epoch lines (tests).
     pub quiet: bool,
 }
@@ -122,6 +134,7 @@ impl Default for Options {
             compare: None,
             conv: false,
             host_batches: false,
+            amp: None,
             quiet: false,
         }
     }
@@ -147,6 +160,7 @@ impl Options {
                 "--compare" => o.compare = Some(value("--compare")?.into()),
                 "--conv" => o.conv = true,
                 "--host-batches" => o.host_batches = true,
+                "--amp" => o.amp = Some(half_type(&value("--amp")?)?),
                 "-h" | "--help" => return Err(USAGE.to_string()),
                 flag if flag.starts_with("--") => return Err(format!("unknown flag {flag}\n{USAGE}")),
                 dir => o.data = dir.into(),
@@ -167,7 +181,25 @@ impl Options {
 }
 
 const USAGE: &str = "usage: train_mlp [DATA_DIR] [--epochs N] [--steps N] [--backend cpu|gpu] [--seed N] \
-                     [--plot PATH | --no-plot] [--load PATH] [--save PATH] [--dump DIR] [--compare DIR] [--host-batches] [--conv]";
+                     [--plot PATH | --no-plot] [--load PATH] [--save PATH] [--dump DIR] [--compare DIR] [--host-batches] [--conv] \
+                     [--amp bf16|f16]";
+
+/// The type `--amp` names.
+fn half_type(name: &str) -> Result<DType, String> {
+    match name {
+        "bf16" => Ok(DType::BF16),
+        "f16" => Ok(DType::F16),
+        other => Err(format!("--amp is bf16 or f16, not {other}")),
+    }
+}
+
+/// `f` under autocast to `amp`, or as it is.
+pub fn amp<R>(amp: Option<DType>, f: impl FnOnce() -> R) -> R {
+    match amp {
+        Some(dt) => lazor::autocast(dt, f),
+        None => f(),
+    }
+}
 
 fn number(s: &str) -> Result<usize, String> {
     s.parse().map_err(|_| format!("`{s}` is not a number"))
@@ -447,6 +479,8 @@ pub fn train(opts: &Options, data: &Data, dev: &Device) -> Result<Report, String
     }
     let config = adamw_config();
     let mut opt = AdamW::new(&model.vars(), config);
+    // f16 needs its loss scaled (bf16 has f32's range).
+    let mut scaler = (opts.amp == Some(DType::F16)).then(|| GradScaler::new_on(GradScalerConfig::default(), dev));
     let (test_x, test_y) = data.test.upload(0..data.test.len(), dev);
     lazor::realize(&[&test_x, &test_y]).map_err(|e| e.to_string())?;
     let fits = (data.train.images.len() * 4) as u64 <= dev.max_tensor_bytes();
@@ -479,14 +513,17 @@ pub fn train(opts: &Options, data: &Data, dev: &Device) -> Result<Report, String
         let mut pending: Vec<Tensor> = Vec::new();
         for (k, batch) in order.chunks_exact(BATCH).take(steps).enumerate() {
             let (x, y) = batches.get(batch, dev);
-            let loss = model.forward(&x).cross_entropy(&y);
-            let grads = loss.backward();
+            let loss = amp(opts.amp, || model.forward(&x).cross_entropy(&y));
             // A cosine schedule: a new rate every step compiles nothing and plans nothing.
             let lr = lr_at(step, total);
             opt.set_lr(lr);
             lrs.push(lr);
-            // Forward, backward and every parameter's update: one realize.
-            opt.step_with(&grads, &[&loss]);
+            // Forward, backward and every parameter's update: one realize (the scaler's check and its skip
+            // included).
+            match &mut scaler {
+                Some(scaler) => scaler.step_with(&mut opt, &scaler.scale(&loss).backward(), &[&loss]),
+                None => opt.step_with(&loss.backward(), &[&loss]),
+            }
             pending.push(loss);
             if dump.is_some() {
                 used.extend_from_slice(batch);
@@ -498,7 +535,12 @@ pub fn train(opts: &Options, data: &Data, dev: &Device) -> Result<Report, String
                 report.losses.extend(read.into_iter().map(|v| v[0]));
                 pending.clear();
                 let rate = ((k + 1) * BATCH) as f64 / start.elapsed().as_secs_f64();
-                bar.set_message(format!("loss {:.4}  {rate:.0} images/s", report.losses.last().unwrap()));
+                let mut message = format!("loss {:.4}  {rate:.0} images/s", report.losses.last().unwrap());
+                // A read of its own: not when quiet, where nothing shows it.
+                if let Some(scaler) = scaler.as_ref().filter(|_| !opts.quiet) {
+                    message += &format!("  loss scale {}", scaler.scale_value());
+                }
+                bar.set_message(message);
             }
         }
         let seconds = start.elapsed().as_secs_f64();
@@ -524,7 +566,7 @@ pub fn train(opts: &Options, data: &Data, dev: &Device) -> Result<Report, String
         model.save(path).map_err(|e| format!("--save: {e}"))?;
     }
     if let Some(dir) = dump {
-        dump_run(dir, &model, data, &used, &lrs, &report.losses, &config)?;
+        dump_run(dir, &model, data, &used, &lrs, &report.losses, (&config, opts.amp))?;
     }
     if let Some(path) = &opts.plot {
         plot(path, &report.losses).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -557,7 +599,7 @@ fn dump_run(
     used: &[u32],
     lrs: &[f32],
     losses: &[f32],
-    config: &AdamWConfig,
+    (config, amp): (&AdamWConfig, Option<DType>),
 ) -> Result<(), String> {
     let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", dir.display());
     let images: Vec<u8> = used
@@ -573,7 +615,7 @@ fn dump_run(
     let lrs: Vec<String> = lrs.iter().map(|&lr| f64::from(lr).to_string()).collect();
     let json = format!(
         "{{\"batch\": {BATCH}, \"steps\": {}, \"activation\": \"gelu_tanh\", \"mean\": {}, \"std\": {}, \"betas\": [{}, {}], \"eps\": {}, \
-         \"weight_decay\": {}, \"lrs\": [{}]}}\n",
+         \"weight_decay\": {}, \"amp\": {}, \"lrs\": [{}]}}\n",
         losses.len(),
         f64::from(MEAN),
         f64::from(STD),
@@ -581,6 +623,7 @@ fn dump_run(
         f64::from(config.betas.1),
         f64::from(config.eps),
         f64::from(config.weight_decay),
+        amp.map_or("null".to_string(), |dt| format!("\"{dt}\"")),
         lrs.join(", "),
     );
     std::fs::write(dir.join("config.json"), json).map_err(|e| fail(&e))?;
@@ -638,10 +681,14 @@ pub fn compare(dir: &Path) -> Result<String, String> {
         weight_worst.0,
         weight_worst.1
     );
-    if worst <= LOSS_RTOL && weight_worst.0 <= WEIGHT_ATOL {
+    // A run in mixed precision (`"amp": "bf16"` in its settings) is checked against PyTorch's autocast run.
+    let settings = std::fs::read_to_string(dir.join("config.json")).unwrap_or_default();
+    let mixed = settings.contains("\"amp\": \"");
+    let (loss_rtol, weight_atol) = if mixed { (AMP_LOSS_RTOL, AMP_WEIGHT_ATOL) } else { (LOSS_RTOL, WEIGHT_ATOL) };
+    if worst <= loss_rtol && weight_worst.0 <= weight_atol {
         Ok(summary)
     } else {
-        Err(format!("{summary}: beyond the tolerances ({LOSS_RTOL:e} relative, {WEIGHT_ATOL:e})"))
+        Err(format!("{summary}: beyond the tolerances ({loss_rtol:e} relative, {weight_atol:e})"))
     }
 }
 
@@ -715,12 +762,17 @@ fn run() -> Result<(), String> {
     };
     let dev = opts.device()?;
     println!(
-        "device: {}; data: {} ({} training, {} test images); model {}, AdamW, batch {BATCH}",
+        "device: {}; data: {} ({} training, {} test images); model {}, AdamW, batch {BATCH}{}",
         dev.name(),
         if data.synthetic { "synthetic".to_string() } else { opts.data.display().to_string() },
         data.train.len(),
         data.test.len(),
-        if opts.conv { "CNN conv3x3(32)-pool-conv3x3(64)-pool-linear".to_string() } else { shown(&SIZES) }
+        if opts.conv { "CNN conv3x3(32)-pool-conv3x3(64)-pool-linear".to_string() } else { shown(&SIZES) },
+        match opts.amp {
+            Some(DType::F16) => ", mixed precision (f16 autocast, GradScaler)".to_string(),
+            Some(dt) => format!(", mixed precision ({dt} autocast)"),
+            None => String::new(),
+        }
     );
     let report = train(&opts, &data, &dev)?;
     let steps = report.losses.len();

@@ -61,6 +61,7 @@ pub use error::{Error, Result};
 pub use half;
 pub use profile::{KernelProfile, Profile, Stats};
 pub use shape::Shape;
+pub use tensor::autocast::{autocast, autocast_dtype, try_autocast};
 pub use tensor::compare::Operand;
 pub use tensor::debug;
 pub use tensor::dim::Dim;

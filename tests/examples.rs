@@ -56,6 +56,23 @@ fn train_mlp_learns_on_every_backend_one_realize_a_step() {
 }
 
 #[test]
+fn train_mlp_learns_in_mixed_precision_one_realize_a_step() {
+    let data = Data::synthetic(0);
+    for amp in [lazor::DType::BF16, lazor::DType::F16] {
+        let opts = quick(|o| o.amp = Some(amp));
+        for dev in devices() {
+            let report = train(&opts, &data, &dev).unwrap();
+            let l = &report.losses;
+            assert!(l.iter().all(|v| v.is_finite()), "{} {amp}: {l:?}", dev.name());
+            assert!(mean(&l[15..]) < 0.5 * mean(&l[..5]), "{} {amp}: the loss did not go down: {l:?}", dev.name());
+            // f16's scaler checks and skips on the device: still one realize a step.
+            assert_eq!(report.step_realizes, 20 + 2, "{} {amp}", dev.name());
+            println!("{} {amp}: loss {:.3} -> {:.3}", dev.name(), l[0], l[19]);
+        }
+    }
+}
+
+#[test]
 fn train_mlp_dump_compare_and_plot() {
     let dir = scratch("train_mlp_dump");
     let data = Data::synthetic(0);
@@ -107,6 +124,27 @@ fn train_mlp_dump_compare_and_plot() {
 }
 
 #[test]
+fn train_mlp_dump_in_mixed_precision_is_compared_within_1e_2() {
+    let dir = scratch("train_mlp_dump_amp");
+    let data = Data::synthetic(0);
+    let opts = quick(|o| {
+        o.steps = Some(4);
+        o.dump = Some(dir.clone());
+        o.amp = Some(lazor::DType::BF16);
+    });
+    let report = train(&opts, &data, &lazor::Device::cpu()).unwrap();
+    let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    assert!(config.contains("\"amp\": \"bf16\""), "{config}");
+    std::fs::copy(dir.join("lazor_final.safetensors"), dir.join("torch_final.safetensors")).unwrap();
+    // Half a percent off: within bf16's tolerance, 2% off beyond it.
+    for (factor, agrees) in [(1.005, true), (1.02, false)] {
+        let off: Vec<String> = report.losses.iter().map(|l| format!("{:e}", l * factor)).collect();
+        std::fs::write(dir.join("torch_losses.txt"), off.join("\n")).unwrap();
+        assert_eq!(compare(&dir).is_ok(), agrees, "losses {factor} times lazor's");
+    }
+}
+
+#[test]
 fn train_mlp_reads_idx_files_gzipped_or_not() {
     use std::io::Write;
     let dir = scratch("train_mlp_idx");
@@ -154,9 +192,14 @@ fn train_mlp_command_line() {
         "--dump",
         "d",
         "--host-batches",
+        "--amp",
+        "bf16",
     ])
     .unwrap();
     assert!(o.host_batches);
+    assert_eq!(o.amp, Some(lazor::DType::BF16));
+    assert_eq!(parse(&["--amp", "f16"]).unwrap().amp, Some(lazor::DType::F16));
+    assert!(parse(&["--amp", "f32"]).unwrap_err().contains("--amp is bf16 or f16"));
     assert!(o.device().unwrap().is_cpu());
     assert_eq!((o.data, o.epochs, o.steps, o.plot, o.dump), ("data".into(), 2, Some(20), None, Some("d".into())));
     let o = parse(&[]).unwrap();
@@ -175,15 +218,21 @@ fn train_gpt_runs_a_few_steps_on_every_backend() {
     let bin = dir.join("examples").join(format!("train_gpt{}", std::env::consts::EXE_SUFFIX));
     assert!(bin.exists(), "{} was not built (cargo test builds examples)", bin.display());
     for backend in ["cpu", "vulkan"] {
-        let args = ["--steps", "4", "--layers", "1", "--heads", "2", "--width", "16", "--context", "16"];
-        let out = std::process::Command::new(&bin)
-            .args(args)
-            .args(["--batch", "4", "--eval-every", "2", "--sample", "8"])
-            .env("LAZOR_BACKEND", backend)
-            .output()
-            .expect("train_gpt runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "train_gpt on {backend}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
-        assert!(text.contains("validation loss") && text.contains("loss went from"), "{backend}: {text}");
+        for amp in [None, Some("bf16"), Some("f16")] {
+            let args = ["--steps", "4", "--layers", "1", "--heads", "2", "--width", "16", "--context", "16"];
+            let out = std::process::Command::new(&bin)
+                .args(args)
+                .args(["--batch", "4", "--eval-every", "2", "--sample", "8"])
+                .args(amp.map(|a| ["--amp", a]).iter().flatten())
+                .env("LAZOR_BACKEND", backend)
+                .output()
+                .expect("train_gpt runs");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let what = format!("train_gpt on {backend}, --amp {amp:?}");
+            assert!(out.status.success(), "{what}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+            assert!(text.contains("validation loss") && text.contains("loss went from"), "{what}: {text}");
+            // Under f16 the progress lines show the loss scale.
+            assert_eq!(text.contains(", loss scale "), amp == Some("f16"), "{what}: {text}");
+        }
     }
 }

@@ -54,7 +54,9 @@ impl Tensor {
     /// ops recorded before the `set` still reads the values they saw.
     pub(crate) fn saved(&self) -> Tensor {
         match &self.tape {
-            Some(node) if matches!(node.rule, Rule::Leaf(_)) => self.pinned_view(),
+            Some(node) if matches!(node.rule, Rule::Leaf(_)) => {
+                self.pinned_view()
+            }
             _ => self.detach(),
         }
     }
@@ -133,40 +135,44 @@ impl Tensor {
                 shape: self.shape.clone(),
             });
         };
-        Ok(no_grad(|| {
-            let order = tape::order(root);
-            let mut pending: FastMap<usize, PendingGrad> = FastMap::default();
-            pending.insert(tape::key(root), PendingGrad::Whole(seed));
-            let mut entries = Vec::new();
-            for node in order.iter().rev() {
-                let Some(g) = pending.remove(&tape::key(node)) else { continue };
-                let g = g.finish();
-                if let Rule::Leaf(var) = &node.rule {
-                    if let Some(inner) = var.upgrade() {
-                        entries.push((Var::from_inner(inner), g));
-                    }
-                    continue;
+        // With autocast off: each gradient keeps the type of the value it belongs to.
+        Ok(crate::tensor::autocast::suspended(|| no_grad(|| Tensor::gradients(root, seed))))
+    }
+
+    /// The walk of [`Tensor::backward_from`], from the tape node `root` seeded with `seed`.
+    fn gradients(root: &tape::Tape, seed: Tensor) -> Grads {
+        let order = tape::order(root);
+        let mut pending: FastMap<usize, PendingGrad> = FastMap::default();
+        pending.insert(tape::key(root), PendingGrad::Whole(seed));
+        let mut entries = Vec::new();
+        for node in order.iter().rev() {
+            let Some(g) = pending.remove(&tape::key(node)) else { continue };
+            let g = g.finish();
+            if let Rule::Leaf(var) = &node.rule {
+                if let Some(inner) = var.upgrade() {
+                    entries.push((Var::from_inner(inner), g));
                 }
-                let parts: smallvec::SmallVec<[Option<PendingGrad>; 3]> = match node.rule {
-                    // Kept as a piece, not padded yet: see `pending.rs`.
-                    Rule::Narrow { axis, start, extent } => {
-                        smallvec::smallvec![Some(PendingGrad::piece(axis, start, extent, g))]
-                    }
-                    _ => {
-                        let needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
-                        rules::backward(&node.rule, &g, &needs).into_iter().map(|p| p.map(PendingGrad::Whole)).collect()
-                    }
-                };
-                for (input, part) in node.inputs.iter().zip(parts) {
-                    let (Some(input), Some(part)) = (input, part) else { continue };
-                    match pending.remove(&tape::key(input)) {
-                        Some(sum) => pending.insert(tape::key(input), sum.add(part)),
-                        None => pending.insert(tape::key(input), part),
-                    };
-                }
+                continue;
             }
-            Grads { entries }
-        }))
+            let parts: smallvec::SmallVec<[Option<PendingGrad>; 3]> = match node.rule {
+                // Kept as a piece, not padded yet: see `pending.rs`.
+                Rule::Narrow { axis, start, extent } => {
+                    smallvec::smallvec![Some(PendingGrad::piece(axis, start, extent, g))]
+                }
+                _ => {
+                    let needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
+                    rules::backward(&node.rule, &g, &needs).into_iter().map(|p| p.map(PendingGrad::Whole)).collect()
+                }
+            };
+            for (input, part) in node.inputs.iter().zip(parts) {
+                let (Some(input), Some(part)) = (input, part) else { continue };
+                match pending.remove(&tape::key(input)) {
+                    Some(sum) => pending.insert(tape::key(input), sum.add(part)),
+                    None => pending.insert(tape::key(input), part),
+                };
+            }
+        }
+        Grads { entries }
     }
 }
 

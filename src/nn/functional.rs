@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::op::Tri;
 use crate::shape::Shape;
-use crate::tensor::Tensor;
+use crate::tensor::{autocast, Tensor};
 
 /// The rows of `weight` (`[n, dim]`) at the `I32`/`U32` indices `idx` (any shape): `[idx.., dim]`, as
 /// `torch.nn.functional.embedding`. Its gradient reaches `weight` as a deterministic `index_add` of the rows'
@@ -71,6 +71,12 @@ pub fn tanh(x: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    // Under autocast the bias joins the product's type too (cast before the transpose, so the weight's gradient
+    // is still computed in its own layout).
+    if let Some([x, w]) = autocast::half_operands([x, weight]) {
+        let b = bias.map(|b| autocast::cast_half(b, w.dtype()));
+        return autocast::suspended(|| linear(&x, &w, b.as_ref()));
+    }
     let y = x.matmul(&weight.t());
     match bias {
         Some(b) => y + b,
@@ -94,6 +100,10 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
 #[track_caller]
 pub fn layer_norm(x: &Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f32) -> Tensor {
     assert!(x.ndim() > 0, "lazor: layer_norm: the input must have an axis to normalise, not be a scalar");
+    if let Some(wide) = x.autocast_f32() {
+        let (w, b) = (weight.map(f32_operand), bias.map(f32_operand));
+        return layer_norm(&wide, w.as_ref(), b.as_ref(), eps);
+    }
     let centred = x - x.mean_keepdim(-1);
     let mut y = centred / (x.var_keepdim(-1) + eps).sqrt();
     if let Some(w) = weight {
@@ -142,6 +152,11 @@ pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, is_causa
 /// `q` and `k` differ in `E`, `k` and `v` in `S`, or batch axes do not broadcast, [`Error::DType`] for an input
 /// that is not float, [`Error::DeviceMismatch`] across devices.
 pub fn try_scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, is_causal: bool) -> Result<Tensor> {
+    // Under autocast the whole attention runs in the half type, its softmax included (computed in f32 and rounded
+    // once, as a flash attention keeps its probabilities).
+    if let Some([q, k, v]) = autocast::half_operands([q, k, v]) {
+        return autocast::suspended(|| try_scaled_dot_product_attention(&q, &k, &v, is_causal));
+    }
     let op = "scaled_dot_product_attention";
     q.device().check_same(k.device(), op)?;
     q.device().check_same(v.device(), op)?;
@@ -186,4 +201,9 @@ pub fn try_scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, is_c
     // slower over nanoGPT's scores (figures: docs/notes/source-measurements.md, `src/nn/functional.rs`).
     let scores = q.matmul_tri(&keys, Tri::Causal) * scale;
     Ok(scores.softmax(-1).matmul_tri(v, Tri::ALower))
+}
+
+/// A half operand of an f32-list op under autocast widened to f32, any other as it is.
+fn f32_operand(t: &Tensor) -> Tensor {
+    t.autocast_f32().unwrap_or_else(|| t.clone())
 }

@@ -1,6 +1,7 @@
 //! The `Module` trait: a layer's forward pass, its named parameters, and saving and loading them by name.
 
 use crate::autograd::Var;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::tensor::Tensor;
 use std::path::Path;
@@ -54,6 +55,51 @@ pub trait Module {
     /// The parameters alone, in [`Module::parameters`]' order: what an optimizer takes.
     fn vars(&self) -> Vec<Var> {
         self.parameters().into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Casts every float parameter to `dtype` in place, as PyTorch's `module.to(dtype)`: the whole model in bf16
+    /// for inference, say. Integer and bool parameters keep their type. The casts run in one realize; each
+    /// parameter's old buffer goes back to the pool (see [`Var::set_dtype`]). An optimizer built before keeps its
+    /// f32 states and steps the parameters in their new type.
+    ///
+    /// # Panics
+    /// At the caller when `dtype` is not a float type, or on a device failure; [`Module::try_to_dtype`] returns
+    /// the error instead.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lazor::nn::{Linear, Module};
+    /// use lazor::{DType, Tensor};
+    /// let fc = Linear::new(3, 2, true, 7);
+    /// fc.to_dtype(DType::BF16);
+    /// assert_eq!(fc.weight.dtype(), DType::BF16);
+    /// assert_eq!(fc.forward(&Tensor::ones([1, 3]).to_dtype(DType::BF16)).dtype(), DType::BF16);
+    /// ```
+    #[track_caller]
+    fn to_dtype(&self, dtype: DType) {
+        crate::error::ok(self.try_to_dtype(dtype))
+    }
+
+    /// [`Module::to_dtype`], returning an error instead of panicking. On an error no parameter has changed, unless
+    /// the device failed while the new values were being moved in.
+    ///
+    /// # Errors
+    /// [`Error::DType`](crate::Error::DType) when `dtype` is not a float type; device failures as
+    /// [`Tensor::realize`].
+    fn try_to_dtype(&self, dtype: DType) -> Result<()> {
+        if !dtype.is_float() {
+            return Err(crate::Error::DType {
+                op: "Module::to_dtype",
+                message: format!("parameters are cast to float types, not {dtype}"),
+            });
+        }
+        let vars: Vec<Var> = self.vars().into_iter().filter(|v| v.dtype().is_float() && v.dtype() != dtype).collect();
+        let casts: Vec<Tensor> = vars.iter().map(|v| v.detach().to_dtype(dtype)).collect();
+        crate::tensor::realize(&casts.iter().collect::<Vec<_>>())?;
+        for (v, cast) in vars.iter().zip(casts) {
+            v.try_retype(cast)?;
+        }
+        Ok(())
     }
 
     /// Writes every parameter to a safetensors file at `path` under its name, in one read-back.

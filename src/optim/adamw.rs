@@ -35,8 +35,9 @@ impl Default for AdamWConfig {
 /// ```
 ///
 /// A step is one realize, and each parameter's new value and both moments come out of one kernel (see
-/// [`optim`](crate::optim)); the learning rate and the bias corrections are graph constants, so a step of a new
-/// `t` or a new learning rate compiles and plans nothing. The moments are f32 whatever the parameter's type.
+/// [`optim`](crate::optim)); the learning rate and the step number are graph constants (the number a count on the
+/// device under a [`GradScaler`](super::GradScaler)), so a step of a new `t` or a new learning rate compiles and
+/// plans nothing. The moments are f32 whatever the parameter's type.
 /// `AdamW::new` panics at the caller for a negative learning rate, `eps` or weight decay, or a beta outside
 /// `[0, 1)` ([`Error::Config`] from `AdamW::try_new`).
 ///
@@ -80,9 +81,18 @@ impl UpdateRule for AdamWConfig {
         self.lr = lr;
     }
 
-    fn update(&self, t: u64, p: Tensor, g: Tensor, states: &[Tensor]) -> (Tensor, Vec<Tensor>) {
+    fn update(&self, t: &Tensor, p: Tensor, g: Tensor, states: &[Tensor]) -> (Tensor, Vec<Tensor>) {
         let (b1, b2, lr) = (f64::from(self.betas.0), f64::from(self.betas.1), f64::from(self.lr));
-        let t = t as f64;
+        // `1 - beta^t` as `-expm1(t ln beta)`: t is a tensor (a constant, or a count on the device), and this
+        // keeps f32's precision where beta^t is near 1.
+        let correction = |beta: f64| {
+            if beta == 0.0 {
+                constant(&p, 1.0)
+            } else {
+                -(t * constant(&p, beta.ln())).expm1()
+            }
+        };
+        let (bc1, bc2) = (correction(b1), correction(b2));
         let mut p = p;
         if self.weight_decay != 0.0 {
             p *= constant(&p, 1.0 - lr * f64::from(self.weight_decay));
@@ -90,9 +100,9 @@ impl UpdateRule for AdamWConfig {
         let (m, v) = (&states[0], &states[1]);
         let m = m + (&g - m) * constant(&p, 1.0 - b1);
         let v = v * constant(&p, b2) + &g * constant(&p, 1.0 - b2) * &g;
-        let step_size = lr / (1.0 - b1.powf(t));
-        let denom = v.sqrt() / constant(&p, (1.0 - b2.powf(t)).sqrt()) + constant(&p, self.eps.into());
-        let value = &p - &m / denom * constant(&p, step_size);
+        let step_size = constant(&p, lr) / bc1;
+        let denom = v.sqrt() / bc2.sqrt() + constant(&p, self.eps.into());
+        let value = &p - &m / denom * step_size;
         (value, vec![m, v])
     }
 }

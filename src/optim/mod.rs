@@ -5,9 +5,9 @@
 //! forward pass, the backward pass and the update are one realize and one submit. Each parameter's update is
 //! elementwise over the parameter's shape, so the scheduler fuses it, new value and new states, into one kernel,
 //! or into the epilogue of the kernel that computes the gradient, and the new states are stored into the old
-//! states' buffers (nothing else holds those). The learning rate and the step's bias corrections are graph
-//! constants, which kernels read as parameters: a schedule that changes them every step compiles nothing and
-//! reuses its plan.
+//! states' buffers (nothing else holds those). The learning rate and the step's number are graph constants, which
+//! kernels read as parameters: a schedule that changes them every step compiles nothing and reuses its plan. A
+//! [`GradScaler`] steps an optimizer the same way, with its inf/NaN check and the skip on the device.
 //!
 //! ```no_run
 //! use lazor::nn::{self, Module};
@@ -28,9 +28,11 @@
 //! ```
 
 mod adamw;
+mod scaler;
 mod sgd;
 
 pub use adamw::{AdamW, AdamWConfig};
+pub use scaler::{GradScaler, GradScalerConfig};
 pub use sgd::{Sgd, SgdConfig};
 
 use crate::autograd::{same_kind, Grads, Var};
@@ -63,10 +65,12 @@ pub trait UpdateRule: Copy {
     fn set_lr(&mut self, lr: f32);
 
     /// The new value of a parameter (`p`, widened to f32) and of its states, given its gradient `g` (f32) and
-    /// the step's number `t` for this parameter (1 at its first step), as lazy f32 tensors. Whatever changes from
-    /// step to step (the learning rate, bias corrections) must enter as [`Tensor::scalar_on`] constants, so that
-    /// steps share one plan and compile nothing.
-    fn update(&self, t: u64, p: Tensor, g: Tensor, states: &[Tensor]) -> (Tensor, Vec<Tensor>);
+    /// the step's number `t` for this parameter (1 at its first step; an f32 tensor of shape `[]`), as lazy f32
+    /// tensors. `t` is a graph constant, or, once a [`GradScaler`] has stepped the optimizer, a count kept on the
+    /// device (a step it skips does not advance it): compute with it as a tensor. Whatever else changes from step
+    /// to step (the learning rate) must enter as [`Tensor::scalar_on`] constants, so that steps share one plan
+    /// and compile nothing.
+    fn update(&self, t: &Tensor, p: Tensor, g: Tensor, states: &[Tensor]) -> (Tensor, Vec<Tensor>);
 }
 
 /// An optimizer of some parameters under the update rule `R`: [`Sgd`] and [`AdamW`].
@@ -80,7 +84,16 @@ pub struct Optimizer<R: UpdateRule> {
     /// Each parameter's states, in the rule's order.
     states: Vec<Vec<Tensor>>,
     /// Steps each parameter has taken.
-    steps: Vec<u64>,
+    steps: Steps,
+}
+
+/// Where an optimizer's step counts live.
+enum Steps {
+    /// On the host, one per parameter: while every step has been unconditional.
+    Host(Vec<u64>),
+    /// On the device, an `I32` vector of one count per parameter: from the first step a [`GradScaler`] guarded,
+    /// since such a step advances the counts only where it finds no inf or NaN, which the host does not learn.
+    Device(Tensor),
 }
 
 impl<R: UpdateRule> Optimizer<R> {
@@ -107,7 +120,7 @@ impl<R: UpdateRule> Optimizer<R> {
             .map(|p| (0..config.states()).map(|_| Tensor::zeros_on(p.shape(), p.device()).contiguous()).collect())
             .collect();
         crate::tensor::realize(&states.iter().flatten().collect::<Vec<_>>())?;
-        Ok(Optimizer { params: params.to_vec(), config, states, steps: vec![0; params.len()] })
+        Ok(Optimizer { params: params.to_vec(), config, states, steps: Steps::Host(vec![0; params.len()]) })
     }
 
     /// Updates every parameter that has a gradient in `grads`, realizing the new values and states in one
@@ -146,24 +159,41 @@ impl<R: UpdateRule> Optimizer<R> {
     /// [`Error::ShapeMismatch`] when a gradient's shape or dtype differs from its parameter's; device failures
     /// as [`Tensor::realize`].
     pub fn try_step_with(&mut self, grads: &Grads, also: &[&Tensor]) -> Result<()> {
-        let op = R::NAME;
         let mut found = Vec::new();
         for (i, p) in self.params.iter().enumerate() {
             if let Some(g) = grads.get(p) {
-                same_kind(op, ("the gradient", &g), ("its parameter's shape and dtype", p))?;
+                same_kind(R::NAME, ("the gradient", &g), ("its parameter's shape and dtype", p))?;
                 found.push((i, g.detach()));
             }
         }
-        let next: Vec<(usize, Tensor, Vec<Tensor>)> = crate::no_grad(|| {
-            found
-                .into_iter()
-                .map(|(i, g)| {
-                    let p = &self.params[i];
-                    let (value, states) =
-                        self.config.update(self.steps[i] + 1, widened(&p.detach()), widened(&g), &self.states[i]);
-                    (i, value.to_dtype(p.dtype()), states)
-                })
-                .collect()
+        self.try_step_guarded(found, None, also)
+    }
+
+    /// The step over `found` (each parameter's place and gradient, of its shape, in any float type), realizing
+    /// `also` with it. With `skip` (a `Bool` scalar), every new value, state and step count is selected on the
+    /// device: the old one where `skip` holds, so a skipped step changes nothing, bit for bit.
+    pub(crate) fn try_step_guarded(
+        &mut self,
+        found: Vec<(usize, Tensor)>,
+        skip: Option<&Tensor>,
+        also: &[&Tensor],
+    ) -> Result<()> {
+        // A guarded step moves the counts to the device for good.
+        let counts = match (&self.steps, skip) {
+            (Steps::Device(c), _) => Some(c.clone()),
+            (Steps::Host(v), Some(skip)) => {
+                Some(Tensor::from_vec_on(v.iter().map(|&n| n as i32).collect(), [v.len()], skip.device()))
+            }
+            (Steps::Host(_), None) => None,
+        };
+        let stepped: Vec<usize> = found.iter().map(|f| f.0).collect();
+        let (next, new_counts) = crate::tensor::autocast::suspended(|| {
+            crate::no_grad(|| {
+                let next: Vec<(usize, Tensor, Vec<Tensor>)> =
+                    found.into_iter().map(|(i, g)| self.update_one(i, &g, counts.as_ref(), skip)).collect();
+                let new_counts = counts.as_ref().map(|c| advanced(c, &stepped, skip));
+                (next, new_counts)
+            })
         });
         // The old states die with this step: without a handle on them, each update stores its new states into
         // their buffers (`Kernel::aliases`). Their nodes live on in the update until the realize; should it fail,
@@ -173,6 +203,7 @@ impl<R: UpdateRule> Optimizer<R> {
         let held: Vec<(usize, Vec<Released>)> =
             old.into_iter().map(|(i, states)| (i, states.into_iter().map(Tensor::release).collect())).collect();
         let mut all: Vec<&Tensor> = also.to_vec();
+        all.extend(&new_counts);
         for (_, value, states) in &next {
             all.push(value);
             all.extend(states);
@@ -187,9 +218,38 @@ impl<R: UpdateRule> Optimizer<R> {
             // The realized value's buffer becomes the parameter's: no copy.
             self.params[i].try_set(value)?;
             self.states[i] = states;
-            self.steps[i] += 1;
+        }
+        match (&mut self.steps, new_counts) {
+            (steps, Some(c)) => *steps = Steps::Device(c),
+            (Steps::Host(v), None) => stepped.iter().for_each(|&i| v[i] += 1),
+            (Steps::Device(_), None) => unreachable!("device counts advance on the device"),
         }
         Ok(())
+    }
+
+    /// The lazy update of parameter `i` by its gradient `g`: its new value (in its own type) and states. `counts`
+    /// holds the step counts where they live on the device; with `skip`, the old values where it holds.
+    fn update_one(
+        &self,
+        i: usize,
+        g: &Tensor,
+        counts: Option<&Tensor>,
+        skip: Option<&Tensor>,
+    ) -> (usize, Tensor, Vec<Tensor>) {
+        let p = &self.params[i];
+        let t = match (counts, &self.steps) {
+            (Some(c), _) => (c.narrow(0, i, 1).reshape([]) + 1i32).to_dtype(DType::F32),
+            (None, Steps::Host(v)) => Tensor::scalar_on((v[i] + 1) as f32, p.device()),
+            (None, Steps::Device(_)) => unreachable!("device counts are passed in"),
+        };
+        let old = p.detach();
+        let (value, mut states) = self.config.update(&t, widened(&old), widened(g), &self.states[i]);
+        let mut value = value.to_dtype(p.dtype());
+        if let Some(skip) = skip {
+            value = skip.where_cond(&old, &value);
+            states = states.iter().zip(&self.states[i]).map(|(new, old)| skip.where_cond(old, new)).collect();
+        }
+        (i, value, states)
     }
 
     /// Sets the learning rate for the next steps. Nothing is compiled or planned anew: the rate is a constant of
@@ -213,9 +273,18 @@ impl<R: UpdateRule> Optimizer<R> {
         &self.params
     }
 
-    /// Steps taken by each parameter, in the order of [`Optimizer::params`].
-    pub fn steps(&self) -> &[u64] {
-        &self.steps
+    /// Steps taken by each parameter, in the order of [`Optimizer::params`] (a step a [`GradScaler`] skipped
+    /// does not count). Once a scaler has stepped the optimizer the counts live on the device, and this reads
+    /// them back.
+    ///
+    /// # Panics
+    /// On a device failure reading the counts back.
+    #[track_caller]
+    pub fn steps(&self) -> Vec<u64> {
+        match &self.steps {
+            Steps::Host(v) => v.clone(),
+            Steps::Device(c) => c.to_vec_as::<i32>().into_iter().map(|n| n as u64).collect(),
+        }
     }
 
     /// The states of parameter `i` (by place in [`Optimizer::params`]), in the rule's order: `[momentum]` for
@@ -226,6 +295,22 @@ impl<R: UpdateRule> Optimizer<R> {
     #[track_caller]
     pub fn states(&self, i: usize) -> &[Tensor] {
         &self.states[i]
+    }
+}
+
+/// The step counts `counts` advanced by one at the places `stepped`, none where `skip` holds.
+fn advanced(counts: &Tensor, stepped: &[usize], skip: Option<&Tensor>) -> Tensor {
+    let n = counts.numel();
+    let inc = if stepped.len() == n {
+        Tensor::full_on([], 1i32, counts.device())
+    } else {
+        let mut mask = vec![0i32; n];
+        stepped.iter().for_each(|&i| mask[i] = 1);
+        Tensor::from_vec_on(mask, [n], counts.device())
+    };
+    match skip {
+        Some(skip) => counts + skip.where_cond(0i32, &inc),
+        None => counts + inc,
     }
 }
 

@@ -75,7 +75,7 @@ impl UpdateRule for SgdConfig {
         self.lr = lr;
     }
 
-    fn update(&self, _t: u64, p: Tensor, g: Tensor, states: &[Tensor]) -> (Tensor, Vec<Tensor>) {
+    fn update(&self, _t: &Tensor, p: Tensor, g: Tensor, states: &[Tensor]) -> (Tensor, Vec<Tensor>) {
         let mut d = g;
         if self.weight_decay != 0.0 {
             d += &p * constant(&p, self.weight_decay.into());

@@ -7,7 +7,7 @@ use crate::autograd::{record, Rule};
 use crate::error::ok;
 use crate::error::{Error, Result};
 use crate::shape::Shape;
-use crate::tensor::Tensor;
+use crate::tensor::{autocast, Tensor};
 
 fn bad(op: &'static str, shape: &Shape, message: String) -> Error {
     Error::BadArgument { op, message, shape: shape.clone() }
@@ -60,6 +60,10 @@ impl Tensor {
         stride: (usize, usize),
         padding: (usize, usize),
     ) -> Result<Tensor> {
+        if let Some([x, w]) = autocast::half_operands([self, weight]) {
+            let b = bias.map(|b| autocast::cast_half(b, w.dtype));
+            return autocast::suspended(|| x.try_conv2d(&w, b.as_ref(), stride, padding));
+        }
         let op = "conv2d";
         self.device.check_same(&weight.device, op)?;
         if let Some(b) = bias {

@@ -70,6 +70,9 @@ impl Tensor {
     /// # Errors
     /// [`Error::DType`], [`Error::ShapeMismatch`], [`Error::DeviceMismatch`] or [`Error::IndexOutOfRange`].
     pub fn try_cross_entropy(&self, targets: &Tensor) -> Result<Tensor> {
+        if let Some(x) = self.autocast_f32() {
+            return x.try_cross_entropy(targets);
+        }
         let (scores, targets) = self.by_rows("cross_entropy", targets)?;
         let x = scores.detach();
         let (loss, lse) = no_grad(|| {
@@ -103,6 +106,9 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::try_cross_entropy`].
     pub fn try_nll_loss(&self, targets: &Tensor) -> Result<Tensor> {
+        if let Some(x) = self.autocast_f32() {
+            return x.try_nll_loss(targets);
+        }
         let (scores, targets) = self.by_rows("nll_loss", targets)?;
         Ok(-scores.gathered(1, &targets.unsqueeze(1), None).mean_all())
     }
@@ -129,6 +135,9 @@ impl Tensor {
     /// # Errors
     /// [`Error::Broadcast`] or [`Error::DeviceMismatch`].
     pub fn try_mse_loss(&self, target: &Tensor) -> Result<Tensor> {
+        if let Some((x, t)) = self.autocast_f32_pair(target) {
+            return x.try_mse_loss(&t);
+        }
         Ok(self.try_sub(target)?.square().mean_all())
     }
 
@@ -156,6 +165,9 @@ impl Tensor {
     /// # Errors
     /// [`Error::Broadcast`] or [`Error::DeviceMismatch`].
     pub fn try_binary_cross_entropy_with_logits(&self, target: &Tensor) -> Result<Tensor> {
+        if let Some((x, t)) = self.autocast_f32_pair(target) {
+            return x.try_binary_cross_entropy_with_logits(&t);
+        }
         let (x, t) = (self.detach(), target.detach());
         let loss = no_grad(|| -> Result<Tensor> {
             let xt = x.try_mul(&t)?;

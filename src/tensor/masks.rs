@@ -214,6 +214,9 @@ impl Tensor {
     /// # Errors
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_cumsum(&self, dim: impl Dim) -> Result<Tensor> {
+        if let Some(x) = self.autocast_f32() {
+            return x.try_cumsum(dim);
+        }
         let d = self.axis("cumsum", "dim", dim, 0)?;
         let x = if self.dtype == DType::Bool { self.cast_to(DType::I32) } else { self.clone() };
         // Along the last axis, through a permutation (a view) there and back; the rule below is the gradient, so

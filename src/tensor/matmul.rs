@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::graph::NodeOp;
 use crate::op::Tri;
 use crate::shape::Shape;
-use crate::tensor::Tensor;
+use crate::tensor::{autocast, Tensor};
 
 impl Tensor {
     /// The matrix product, with `torch.matmul`'s rules: `[m, k] x [k, n]` gives `[m, n]`; `[..., m, k] x [..., k, n]`
@@ -40,6 +40,9 @@ impl Tensor {
     /// [`Error::ShapeMismatch`] naming both shapes if the inner sizes differ or the batch axes cannot broadcast,
     /// [`Error::BadArgument`] for a scalar operand, [`Error::DeviceMismatch`] across devices.
     pub fn try_matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        if let Some([a, b]) = autocast::half_operands([self, rhs]) {
+            return autocast::suspended(|| a.try_matmul(&b));
+        }
         self.device.check_same(&rhs.device, "matmul")?;
         let mismatch = |message: String| Error::ShapeMismatch {
             op: "matmul",

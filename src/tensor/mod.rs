@@ -1,5 +1,6 @@
 //! `Tensor`: a cheap handle to a graph node, its constructors, and the verbs that evaluate it.
 
+pub(crate) mod autocast;
 pub(crate) mod compare;
 pub(crate) mod conv;
 pub mod debug;

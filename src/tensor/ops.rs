@@ -31,6 +31,11 @@ impl Tensor {
 
     /// `op(self, rhs)` with broadcasting and type promotion; the shape and type rules live here and nowhere else.
     pub(crate) fn try_binary(&self, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
+        if op == BinaryOp::Pow {
+            if let Some((a, b)) = self.autocast_f32_pair(rhs) {
+                return a.try_binary(op, &b);
+            }
+        }
         self.device.check_same(&rhs.device, op.name())?;
         let shape = self.shape.broadcast(&rhs.shape).ok_or_else(|| Error::Broadcast {
             op: op.name(),
@@ -61,6 +66,11 @@ impl Tensor {
 
     /// `op(self)`: on its own type where the op is defined there, else in f32 (float math on integers and bools).
     pub(crate) fn try_unary(&self, op: UnaryOp) -> Result<Tensor> {
+        if matches!(op, UnaryOp::Exp | UnaryOp::Ln | UnaryOp::Rsqrt) {
+            if let Some(x) = self.autocast_f32() {
+                return x.try_unary(op);
+            }
+        }
         let class = self.dtype.class();
         let dt = if op.supports(class) {
             self.dtype

@@ -33,6 +33,9 @@ impl Tensor {
 
     /// `op` folded along `dim`, the axis kept with extent 1 (`keep`) or dropped.
     pub(crate) fn try_fold(&self, op: ReduceOp, dim: impl Dim, keep: bool) -> Result<Tensor> {
+        if let Some(x) = self.autocast_f32().filter(|_| op == ReduceOp::Sum) {
+            return x.try_fold(op, dim, keep);
+        }
         let (d, n) = self.reduce_axis(op.name(), dim)?;
         if n == 0 && matches!(op, ReduceOp::Max | ReduceOp::Min) {
             return Err(Error::BadArgument {
@@ -79,6 +82,9 @@ impl Tensor {
 
     /// The mean along `dim`: the sum times `1 / n` (NaN over an empty axis).
     fn try_mean_of(&self, dim: impl Dim, keep: bool) -> Result<Tensor> {
+        if let Some(x) = self.autocast_f32() {
+            return x.try_mean_of(dim, keep);
+        }
         let (d, n) = self.reduce_axis("mean", dim)?;
         let (x, out) = self.float_math();
         let m = (x.try_fold(ReduceOp::Sum, d, true)? * (1.0 / n as f32)).cast_to(out);
@@ -87,6 +93,9 @@ impl Tensor {
 
     /// The population variance along `dim` (dividing by `n`).
     fn try_var_of(&self, dim: impl Dim, keep: bool) -> Result<Tensor> {
+        if let Some(x) = self.autocast_f32() {
+            return x.try_var_of(dim, keep);
+        }
         let (d, _) = self.reduce_axis("var", dim)?;
         let (x, out) = self.float_math();
         let centered = &x - &x.try_mean_of(d, true)?;
@@ -268,6 +277,9 @@ impl Tensor {
 
     /// The mean of every element, shape `[]` (NaN for an empty tensor).
     pub fn mean_all(&self) -> Tensor {
+        if let Some(x) = self.autocast_f32() {
+            return x.mean_all();
+        }
         let (x, out) = self.float_math();
         (x.sum_all() * (1.0 / self.numel() as f32)).cast_to(out)
     }
@@ -321,6 +333,9 @@ impl Tensor {
     /// # Errors
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        if let Some(x) = self.autocast_f32() {
+            return x.try_softmax(dim);
+        }
         let (d, n) = self.reduce_axis("softmax", dim)?;
         // Built untracked and recorded as one op, whose gradient is the closed form (one rows kernel).
         let (x, out) = self.detach().float_math();
@@ -346,6 +361,9 @@ impl Tensor {
     /// # Errors
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        if let Some(x) = self.autocast_f32() {
+            return x.try_log_softmax(dim);
+        }
         let (d, n) = self.reduce_axis("log_softmax", dim)?;
         // Built untracked and recorded as one op, whose gradient is the closed form (one rows kernel).
         let (x, out) = self.detach().float_math();
@@ -372,6 +390,9 @@ impl Tensor {
     /// # Errors
     /// [`Error::BadArgument`] if `dim` is out of range.
     pub fn try_logsumexp(&self, dim: impl Dim) -> Result<Tensor> {
+        if let Some(x) = self.autocast_f32() {
+            return x.try_logsumexp(dim);
+        }
         let (d, n) = self.reduce_axis("logsumexp", dim)?;
         let (x, out) = self.detach().float_math();
         let record = |y: Tensor| record(y, &[self], |y| Rule::LogSumExp { axis: d, x: self.saved(), y });
