@@ -67,6 +67,7 @@ fn op_name(op: &Op) -> Option<&'static str> {
         Op::Random(d, ..) => d.name(),
         Op::Cat(..) => "cat",
         Op::Gather(..) => "gather",
+        Op::Write(..) => "write_at",
         Op::Data(_) | Op::Const(_) | Op::Arange | Op::Buffer | Op::View(..) | Op::Contiguous(_) => return None,
     })
 }

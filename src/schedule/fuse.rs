@@ -129,13 +129,14 @@ pub(super) fn materialize(
             Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Where(..) | Op::Gather(..) => {
                 !opts.fuse || outputs.contains(&id)
             }
-            Op::Contiguous(_) | Op::Reduce(..) | Op::Matmul(..) => true,
+            Op::Contiguous(_) | Op::Reduce(..) | Op::Matmul(..) | Op::Write(..) => true,
             // Random numbers are recomputed by every reader, like an arange: storing them would cost a buffer
             // and a pass over memory, and dropout's backward regenerates its mask instead of reading it.
             Op::Const(_) | Op::Arange | Op::Random(..) | Op::View(..) | Op::Cat(..) => outputs.contains(&id),
             Op::Data(_) | Op::Buffer => false,
         };
-        let forced_here = forced.contains(&id) && node.op.is_compute();
+        // A constant or an arange lowering asks for too (a slice write's value, read at run-time places).
+        let forced_here = forced.contains(&id) && !matches!(node.op, Op::Data(_) | Op::Buffer);
         if (wants || forced_here) && node.shape.numel() > 0 {
             fusion.materialized.insert(id);
         }
@@ -425,9 +426,13 @@ pub(super) fn group(
     let mut group_of: FastMap<NodeId, usize> = FastMap::default();
     for &id in order.iter().filter(|id| fusion.materialized.contains(id)) {
         let shape = &graph.node(id).shape;
-        let is_head = matches!(graph.node(id).op, Op::Reduce(..) | Op::Matmul(..));
+        let is_head = matches!(graph.node(id).op, Op::Reduce(..) | Op::Matmul(..) | Op::Write(..));
         let Inlined { leaves: deps, strided, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
+            // A slice write runs alone: its kernel covers the slice, not the buffer it writes.
+            if grp.head.is_some_and(|h| matches!(graph.node(h).op, Op::Write(..))) {
+                return false;
+            }
             if let Some(rows) = joins_rows(graph, g, grp, id, &deps, &group_of, apart) {
                 return rows
                     && bindings_fit(grp, &deps, g, &group_of, opts.max_bindings)

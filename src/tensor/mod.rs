@@ -16,6 +16,7 @@ pub(crate) mod read;
 pub(crate) mod reductions;
 pub(crate) mod segments;
 pub(crate) mod views;
+pub(crate) mod write;
 
 use crate::device::Device;
 use crate::dtype::DType;
