@@ -5,6 +5,11 @@ use crate::op::Tri;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
 
+pub use super::kv_cache::repeat_kv;
+pub use super::rms_norm::rms_norm;
+pub use super::rotary::{rotary_embedding, try_rotary_embedding};
+pub use super::swiglu::swiglu;
+
 /// The rows of `weight` (`[n, dim]`) at the `I32`/`U32` indices `idx` (any shape): `[idx.., dim]`, as
 /// `torch.nn.functional.embedding`. Its gradient reaches `weight` as a deterministic `index_add` of the rows'
 /// gradients. An index outside `[0, n)` computed on the device reads a row of zeros.
