@@ -114,20 +114,6 @@ fn sample(logits: &[f32], s: &Sampling, rng: &mut Rng) -> i32 {
     order[k - 1] as i32
 }
 
-/// The device's counters' growth from `before` to `after`.
-fn grown(before: &Stats, after: &Stats) -> Stats {
-    Stats {
-        realizes: after.realizes - before.realizes,
-        submits: after.submits - before.submits,
-        dispatches: after.dispatches - before.dispatches,
-        kernels: after.kernels - before.kernels,
-        plans_reused: after.plans_reused - before.plans_reused,
-        pipelines_compiled: after.pipelines_compiled - before.pipelines_compiled,
-        buffers_allocated: after.buffers_allocated - before.buffers_allocated,
-        ..*after
-    }
-}
-
 /// Generates `opts.max_new` tokens after each prompt of `prompts` (one sequence each, all of one length), calling
 /// `on_step` with each step's tokens as they come.
 pub fn generate(
@@ -196,7 +182,7 @@ pub fn generate(
                 tokens,
                 logits: kept,
                 time: started.elapsed(),
-                stats: grown(&before, &after),
+                stats: after.since(&before),
                 live_bytes: after.live_buffer_bytes,
             };
             on_step(&step);
