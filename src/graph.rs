@@ -276,8 +276,12 @@ impl Graph {
         self.nodes[v].op = Op::Write(old, value, start, axis);
     }
 
-    /// The nodes that read `v`.
+    /// The nodes that read `v`, on which the caller holds a handle: with one reference, that handle's, nothing
+    /// reads it and the walk over every node is skipped (a KV cache written token after token).
     fn readers(&self, v: NodeId) -> Vec<NodeId> {
+        if self.nodes[v].refs == 1 {
+            return Vec::new();
+        }
         self.nodes.iter().filter(|(_, n)| n.op.inputs().contains(&v)).map(|(id, _)| id).collect()
     }
 

@@ -99,8 +99,13 @@ impl Rng {
 /// A token drawn from `logits` (one row) at `temperature` among the `top_k` largest.
 fn sample(logits: &[f32], s: &Sampling, rng: &mut Rng) -> i32 {
     let mut order: Vec<usize> = (0..logits.len()).collect();
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
     let k = if s.top_k == 0 { order.len() } else { s.top_k.min(order.len()) };
+    // The k largest first (in linear time), then in order.
+    let larger = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]);
+    if k < order.len() {
+        order.select_nth_unstable_by(k, larger);
+    }
+    order[..k].sort_by(larger);
     let top = logits[order[0]] as f64;
     let weights: Vec<f64> =
         order[..k].iter().map(|&i| ((logits[i] as f64 - top) / s.temperature as f64).exp()).collect();

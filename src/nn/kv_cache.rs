@@ -100,7 +100,8 @@ impl KvCache {
     /// query `i` attends to positions `0..=start + i` (causal within the new positions, all of the past), scaled by
     /// `1 / sqrt(head_dim)`. `heads` is a multiple of the cache's `kv_heads` (grouped-query attention, as Hugging
     /// Face's `repeat_kv`: query heads `j g .. (j + 1) g` read kv head `j`), served by grouping the queries rather
-    /// than repeating the cache. Write the new positions first.
+    /// than repeating the cache. Write the new positions first. A position on the device is not checked: the
+    /// write clamps it into the cache, the mask does not, so keep it within `max_len - t`.
     ///
     /// # Panics
     /// If `q`'s shape does not fit the cache, or a host `start + t` exceeds it; [`KvCache::try_attend`] returns
