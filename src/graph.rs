@@ -55,6 +55,11 @@ pub enum NodeOp {
     /// node's shape) holds, at the node's own coordinates on every other axis, as `torch.gather`; 0 where the index
     /// is outside the axis. The source is always stored, the index computed where it is read.
     Gather(NodeId, NodeId, usize),
+    /// The first input (`base`) with its slice `[start, start + len)` along `axis` replaced by the second input
+    /// (`value`: `base`'s shape but `len` along `axis`), `start` being the third input (an `I32` scalar) clamped to
+    /// `[0, extent - len]`: `Tensor::write_at`. Always stored; into `base`'s own buffer, writing the slice alone,
+    /// where `base` is a buffer that nothing else reads and dies with it (`schedule/write.rs`).
+    Write(NodeId, NodeId, NodeId, usize),
 }
 
 impl NodeOp {
@@ -74,6 +79,7 @@ impl NodeOp {
                 smallvec::smallvec![*a, *b]
             }
             NodeOp::Cat(parts, _) => parts.clone(),
+            NodeOp::Write(base, value, start, _) => smallvec::smallvec![*base, *value, *start],
         }
     }
 
@@ -96,6 +102,11 @@ impl NodeOp {
                 f(b);
             }
             NodeOp::Cat(parts, _) => parts.iter_mut().for_each(f),
+            NodeOp::Write(base, value, start, _) => {
+                f(base);
+                f(value);
+                f(start);
+            }
         }
     }
 
@@ -126,6 +137,7 @@ impl NodeOp {
             NodeOp::Matmul(_, _, tri) => out.push(12 << 56 | *tri as u64),
             NodeOp::Random(d, ..) => out.push(13 << 56 | *d as u64),
             NodeOp::Gather(_, _, axis) => out.extend([14 << 56, *axis as u64]),
+            NodeOp::Write(.., axis) => out.extend([15 << 56, *axis as u64]),
         }
     }
 
@@ -238,35 +250,15 @@ impl Graph {
     /// becomes a lazy copy of `x` and this returns `true` (the caller realizes it). The old buffer is pushed on
     /// `freed` when nothing reads it any more.
     pub fn assign(&mut self, v: NodeId, x: NodeId, freed: &mut Vec<BufferKey>) -> bool {
-        let readers: Vec<NodeId> =
-            self.nodes.iter().filter(|(_, n)| n.op.inputs().contains(&v)).map(|(id, _)| id).collect();
-        let old_op = std::mem::replace(&mut self.nodes[v].op, NodeOp::Buffer);
-        let old_buffer = self.nodes[v].buffer.take();
+        let readers = self.readers(v);
         if readers.is_empty() {
-            freed.extend(old_buffer);
+            let old_op = std::mem::replace(&mut self.nodes[v].op, NodeOp::Buffer);
+            freed.extend(self.nodes[v].buffer.take());
             for input in old_op.inputs() {
                 self.release(input, freed);
             }
         } else {
-            let (shape, dtype) = (self.nodes[v].shape.clone(), self.nodes[v].dtype);
-            let old = self.nodes.insert(Node { op: old_op, shape, dtype, refs: 0, buffer: old_buffer });
-            for r in readers {
-                if let Some(&key) = self.fold_keys.get(&r) {
-                    self.folds.remove(&key);
-                    let moved = (key.0, old, key.2);
-                    self.folds.insert(moved, r);
-                    self.fold_keys.insert(r, moved);
-                }
-                let mut moved = 0;
-                self.nodes[r].op.for_each_input_mut(|i| {
-                    if *i == v {
-                        *i = old;
-                        moved += 1;
-                    }
-                });
-                self.nodes[old].refs += moved;
-                self.nodes[v].refs -= moved;
-            }
+            self.split_off(v, readers, 0);
         }
         let stolen = self.nodes[x].refs == 1 && matches!(self.nodes[x].op, NodeOp::Buffer);
         if stolen {
@@ -276,6 +268,55 @@ impl Graph {
             self.nodes[v].op = NodeOp::Contiguous(x);
         }
         !stolen
+    }
+
+    /// Makes node `v` the lazy value of its old value with `value` written into it along `axis` from `start` on
+    /// ([`NodeOp::Write`]), in place: handles on `v` see the new value, while nodes that read `v` are moved onto the node
+    /// now holding the old value (and its buffer), so lazy results computed before stay what they were. Where
+    /// nothing read `v`, the write is the old value's only reader, and the scheduler writes the slice into its
+    /// buffer.
+    pub fn write(&mut self, v: NodeId, value: NodeId, start: NodeId, axis: usize) {
+        let readers = self.readers(v);
+        let old = self.split_off(v, readers, 1);
+        self.nodes[value].refs += 1;
+        self.nodes[start].refs += 1;
+        self.nodes[v].op = NodeOp::Write(old, value, start, axis);
+    }
+
+    /// The nodes that read `v`, on which the caller holds a handle: with one reference, that handle's, nothing
+    /// reads it and the walk over every node is skipped (a KV cache written token after token).
+    fn readers(&self, v: NodeId) -> Vec<NodeId> {
+        if self.nodes[v].refs == 1 {
+            return Vec::new();
+        }
+        self.nodes.iter().filter(|(_, n)| n.op.inputs().contains(&v)).map(|(id, _)| id).collect()
+    }
+
+    /// Moves `v`'s op and buffer into a new node, which `readers` (every node reading `v`) then read instead, and
+    /// `refs` more references hold; `v` is left a leaf without a buffer. Returns the new node.
+    fn split_off(&mut self, v: NodeId, readers: Vec<NodeId>, refs: u32) -> NodeId {
+        let old_op = std::mem::replace(&mut self.nodes[v].op, NodeOp::Buffer);
+        let old_buffer = self.nodes[v].buffer.take();
+        let (shape, dtype) = (self.nodes[v].shape.clone(), self.nodes[v].dtype);
+        let old = self.nodes.insert(Node { op: old_op, shape, dtype, refs, buffer: old_buffer });
+        for r in readers {
+            if let Some(&key) = self.fold_keys.get(&r) {
+                self.folds.remove(&key);
+                let moved = (key.0, old, key.2);
+                self.folds.insert(moved, r);
+                self.fold_keys.insert(r, moved);
+            }
+            let mut moved = 0;
+            self.nodes[r].op.for_each_input_mut(|i| {
+                if *i == v {
+                    *i = old;
+                    moved += 1;
+                }
+            });
+            self.nodes[old].refs += moved;
+            self.nodes[v].refs -= moved;
+        }
+        old
     }
 
     /// Forgets the buffer of leaf `id`, which now holds another node's value (see `Kernel::aliases`): the leaf is

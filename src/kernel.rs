@@ -423,6 +423,10 @@ pub struct Kernel {
     /// into another layout, which the scheduler removed: `schedule/redirect.rs`), which other kernels may write
     /// parts of too; the first of them to run allocates it. `None`: stored at the kernel's own index.
     pub store_view: Option<usize>,
+    /// Where an elementwise kernel stores its one output: at the element index instruction `.0` holds (an `i32`
+    /// inside the output's buffer) rather than at the kernel's own index. A slice written into a larger buffer
+    /// whose other elements stay as they are (`Tensor::write_at`, `schedule/write.rs`). `None`: at its own index.
+    pub scatter: Option<usize>,
     /// Graph ops this kernel computes, for debugging output.
     pub fused_ops: usize,
     /// Whether this kernel runs in one dispatch with the kernel before it (`schedule/dispatch.rs`): the two neither

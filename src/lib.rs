@@ -67,4 +67,5 @@ pub use tensor::debug;
 pub use tensor::dim::Dim;
 pub use tensor::element::Element;
 pub use tensor::read::to_vecs;
+pub use tensor::write::Position;
 pub use tensor::{realize, Tensor};

@@ -199,6 +199,37 @@ pub struct Stats {
     pub pool_bytes: u64,
 }
 
+impl Stats {
+    /// What the device did since `before`, an earlier reading of its stats: each counter's growth; the memory
+    /// figures (`live_buffer_bytes`, `peak_buffer_bytes`, `pool_bytes`) as they are now.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let dev = lazor::Device::default();
+    /// let before = dev.stats();
+    /// (lazor::Tensor::ones_on([4], &dev) * 2.0).realize()?;
+    /// assert_eq!(dev.stats().since(&before).realizes, 1);
+    /// # Ok::<(), lazor::Error>(())
+    /// ```
+    pub fn since(&self, before: &Stats) -> Stats {
+        let grown = |now: u64, then: u64| now.saturating_sub(then);
+        Stats {
+            realizes: grown(self.realizes, before.realizes),
+            submits: grown(self.submits, before.submits),
+            dispatches: grown(self.dispatches, before.dispatches),
+            kernels: grown(self.kernels, before.kernels),
+            plans_reused: grown(self.plans_reused, before.plans_reused),
+            pipelines_compiled: grown(self.pipelines_compiled, before.pipelines_compiled),
+            pipeline_cache_hits: grown(self.pipeline_cache_hits, before.pipeline_cache_hits),
+            bytes_uploaded: grown(self.bytes_uploaded, before.bytes_uploaded),
+            bytes_downloaded: grown(self.bytes_downloaded, before.bytes_downloaded),
+            param_uploads: grown(self.param_uploads, before.param_uploads),
+            buffers_allocated: grown(self.buffers_allocated, before.buffers_allocated),
+            ..*self
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

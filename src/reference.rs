@@ -203,6 +203,9 @@ pub(crate) fn interpret(graph: &Graph, roots: &[NodeId], mut values: HashMap<Nod
                 let (sshape, itype) = (&graph.node(*src).shape, graph.node(*index).dtype);
                 gather_along(&values[src], sshape, &values[index], itype, shape, *axis)
             }
+            NodeOp::Write(base, value, start, axis) => {
+                write_slice(&values[base], shape, &values[value], &graph.node(*value).shape, values[start][0], *axis)
+            }
             NodeOp::Cat(parts, dim) => {
                 let vals: Vec<&[u32]> = parts.iter().map(|p| values[p].as_slice()).collect();
                 let shapes: Vec<&Shape> = parts.iter().map(|p| &graph.node(*p).shape).collect();
@@ -212,6 +215,20 @@ pub(crate) fn interpret(graph: &Graph, roots: &[NodeId], mut values: HashMap<Nod
         values.insert(id, v);
     }
     roots.iter().map(|r| values[r].clone()).collect()
+}
+
+/// `base` (of `shape`) with `value` (of `part`: `shape` but shorter along `axis`) written along `axis` from `start`
+/// (an `i32` lane) on, the start clamped so that the slice stays inside: `Tensor::write_at`.
+pub fn write_slice(base: &[u32], shape: &Shape, value: &[u32], part: &Shape, start: u32, axis: usize) -> Vec<u32> {
+    let (len, extent) = (part.dims()[axis], shape.dims()[axis]);
+    let start = (start as i32 as i64).clamp(0, (extent - len) as i64) as usize;
+    let inner: usize = shape.dims()[axis + 1..].iter().product();
+    let mut out = base.to_vec();
+    for (j, &x) in value.iter().enumerate() {
+        let (outer, rest) = (j / (len * inner), j % (len * inner));
+        out[(outer * extent + start) * inner + rest] = x;
+    }
+    out
 }
 
 /// `torch.gather` along `axis`: at each coordinate of `shape` (the index's), the source element at the same

@@ -54,9 +54,7 @@ impl Tensor {
     /// ops recorded before the `set` still reads the values they saw.
     pub(crate) fn saved(&self) -> Tensor {
         match &self.tape {
-            Some(node) if matches!(node.rule, Rule::Leaf(_)) => {
-                self.pinned_view()
-            }
+            Some(node) if matches!(node.rule, Rule::Leaf(_)) => self.pinned_view(),
             _ => self.detach(),
         }
     }

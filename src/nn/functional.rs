@@ -5,6 +5,10 @@ use crate::op::Tri;
 use crate::shape::Shape;
 use crate::tensor::{autocast, Tensor};
 
+pub use super::kv_cache::repeat_kv;
+pub use super::rms_norm::rms_norm;
+pub use super::rotary::{rotary_embedding, try_rotary_embedding};
+
 /// The rows of `weight` (`[n, dim]`) at the `I32`/`U32` indices `idx` (any shape): `[idx.., dim]`, as
 /// `torch.nn.functional.embedding`. Its gradient reaches `weight` as a deterministic `index_add` of the rows'
 /// gradients. An index outside `[0, n)` computed on the device reads a row of zeros.
@@ -206,4 +210,21 @@ pub fn try_scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, is_c
 /// A half operand of an f32-list op under autocast widened to f32, any other as it is.
 fn f32_operand(t: &Tensor) -> Tensor {
     t.autocast_f32().unwrap_or_else(|| t.clone())
+}
+
+/// `silu(gate) * up`, the gating of SwiGLU (Shazeer, "GLU Variants Improve Transformer"), elementwise: one kernel
+/// with the products' epilogue it fuses into.
+///
+/// # Panics
+/// If the shapes do not broadcast or the types have no common type.
+///
+/// # Examples
+/// ```no_run
+/// use lazor::{nn::functional::swiglu, Tensor};
+/// let y = swiglu(&Tensor::zeros([2]), &Tensor::ones([2]));
+/// assert_eq!(y.to_vec(), vec![0.0, 0.0]);
+/// ```
+#[track_caller]
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Tensor {
+    gate.silu() * up
 }

@@ -72,6 +72,8 @@ impl PlanCache {
     pub fn plan(&mut self, graph: &Graph, outputs: &[NodeId], opts: &Options) -> (Plan, bool) {
         // Repeated outputs are keyed as given (toposort visits each node once): only a miss deduplicates them.
         let order = toposort::toposort(graph, outputs);
+        // Slices written into buffers are realized with whatever reads them (`write.rs`).
+        let outputs = &super::write::with_writes(graph, &order, outputs);
         let (unique, seen) = dedup(outputs);
         let donors = self.make_key(graph, &order, outputs, &seen, opts);
         self.clock += 1;

@@ -67,6 +67,7 @@ fn op_name(op: &NodeOp) -> Option<&'static str> {
         NodeOp::Random(d, ..) => d.name(),
         NodeOp::Cat(..) => "cat",
         NodeOp::Gather(..) => "gather",
+        NodeOp::Write(..) => "write_at",
         NodeOp::Data(_)
         | NodeOp::Const(_)
         | NodeOp::Arange

@@ -133,7 +133,7 @@ pub(super) fn materialize(
             NodeOp::Unary(..) | NodeOp::Binary(..) | NodeOp::Cast(_) | NodeOp::Where(..) | NodeOp::Gather(..) => {
                 !opts.fuse || outputs.contains(&id)
             }
-            NodeOp::Contiguous(_) | NodeOp::Reduce(..) | NodeOp::Matmul(..) => true,
+            NodeOp::Contiguous(_) | NodeOp::Reduce(..) | NodeOp::Matmul(..) | NodeOp::Write(..) => true,
             // Random numbers are recomputed by every reader, like an arange: storing them would cost a buffer
             // and a pass over memory, and dropout's backward regenerates its mask instead of reading it.
             NodeOp::Const(_) | NodeOp::Arange | NodeOp::Random(..) | NodeOp::View(..) | NodeOp::Cat(..) => {
@@ -141,7 +141,8 @@ pub(super) fn materialize(
             }
             NodeOp::Data(_) | NodeOp::Buffer => false,
         };
-        let forced_here = forced.contains(&id) && node.op.is_compute();
+        // A constant or an arange lowering asks for too (a slice write's value, read at run-time places).
+        let forced_here = forced.contains(&id) && !matches!(node.op, NodeOp::Data(_) | NodeOp::Buffer);
         if (wants || forced_here) && node.shape.numel() > 0 {
             fusion.materialized.insert(id);
         }
@@ -437,9 +438,13 @@ pub(super) fn group(
     let mut group_of: FastMap<NodeId, usize> = FastMap::default();
     for &id in order.iter().filter(|id| fusion.materialized.contains(id)) {
         let shape = &graph.node(id).shape;
-        let is_head = matches!(graph.node(id).op, NodeOp::Reduce(..) | NodeOp::Matmul(..));
+        let is_head = matches!(graph.node(id).op, NodeOp::Reduce(..) | NodeOp::Matmul(..) | NodeOp::Write(..));
         let Inlined { leaves: deps, strided, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
+            // A slice write runs alone: its kernel covers the slice, not the buffer it writes.
+            if grp.head.is_some_and(|h| matches!(graph.node(h).op, NodeOp::Write(..))) {
+                return false;
+            }
             if let Some(rows) = joins_rows(graph, g, grp, id, &deps, &group_of, apart) {
                 return rows
                     && bindings_fit(grp, &deps, g, &group_of, opts.max_bindings)

@@ -185,6 +185,12 @@ impl<'a> Lowerer<'a> {
         self.k.body.len() - 1
     }
 
+    /// The element index (an `i32`) that `view` reaches at the kernel's own coordinates: [`Instr::Index`].
+    pub fn index(&mut self, view: View) -> usize {
+        let view = self.view_of(&Mapping { view, frame: 0 });
+        self.push(Instr::Index { view }, DType::I32)
+    }
+
     fn load(&mut self, id: NodeId, m: &Mapping) -> usize {
         let slot = self.slot(id);
         let dt = self.graph.node(id).dtype;
@@ -307,8 +313,8 @@ impl<'a> Lowerer<'a> {
                 NodeOp::Contiguous(src) => self.value(*src, m, anchor)?,
                 NodeOp::Gather(src, index, axis) => self.gather(id, *src, *index, *axis, m, anchor, fail)?,
                 NodeOp::Cat(parts, dim) => self.cat(id, parts, *dim, m, fail)?,
-                NodeOp::Data(_) | NodeOp::Buffer | NodeOp::Reduce(..) | NodeOp::Matmul(..) => {
-                    unreachable!("leaves, folds and products are loads")
+                NodeOp::Data(_) | NodeOp::Buffer | NodeOp::Reduce(..) | NodeOp::Matmul(..) | NodeOp::Write(..) => {
+                    unreachable!("leaves, folds, products and writes are loads")
                 }
             }
         };
@@ -503,6 +509,7 @@ pub(super) fn kernel(kind: Kind, shape: &Shape, numel: usize) -> Kernel {
         phases: Vec::new(),
         aliases: Vec::new(),
         store_view: None,
+        scatter: None,
         fused_ops: 0,
         joins: false,
     }
@@ -519,6 +526,8 @@ pub(super) struct GroupCtx<'a> {
     pub slot: &'a mut dyn FnMut(NodeId) -> usize,
     /// Makes a plan buffer of that many bytes for partial folds.
     pub scratch: &'a mut dyn FnMut(u64) -> usize,
+    /// The leaves whose buffers this realize may overwrite ([`super::donors`]).
+    pub donors: &'a FastSet<NodeId>,
     /// The blocking every tiled matmul uses instead of the shape table ([`super::Options::matmul_tile`]).
     pub tile: Option<crate::kernel::MatmulTile>,
     /// The backend's table of matmul blockings ([`super::Options::matmul_tiles`]).

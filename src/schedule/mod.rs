@@ -14,6 +14,7 @@ mod siblings;
 pub(crate) mod split_k;
 pub mod toposort;
 mod widen;
+mod write;
 
 pub use cache::PlanCache;
 pub use fuse::Options;
@@ -79,6 +80,7 @@ impl Plan {
 /// The slot table being built: one slot per node, in first-use order.
 struct Slots<'a> {
     graph: &'a Graph,
+    donors: &'a FastSet<NodeId>,
     slots: Vec<Slot>,
     of: FastMap<NodeId, usize>,
 }
@@ -93,10 +95,12 @@ impl Slots<'_> {
         if let Some(&s) = self.of.get(&id) {
             return s;
         }
-        let node = self.graph.node(id);
+        let graph = self.graph;
+        let node = graph.node(id);
         let source = match (&node.op, node.buffer) {
             (NodeOp::Data(_), _) => Source::Upload,
             (NodeOp::Buffer, Some(key)) => Source::Existing(key),
+            (&NodeOp::Write(base, ..), _) if write::in_place(graph, self.donors, id) => Source::Alias(self.get(base)),
             _ => Source::Kernel,
         };
         let bytes = node.dtype.bytes(node.shape.numel());
@@ -112,8 +116,8 @@ impl Slots<'_> {
 /// If lowering keeps asking to store a node that is already stored (a scheduler bug, reported rather than looped).
 #[cfg(test)]
 pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
-    let (unique, seen) = dedup(outputs);
-    let order = toposort::toposort(graph, &unique);
+    let order = toposort::toposort(graph, outputs);
+    let (unique, seen) = dedup(&write::with_writes(graph, &order, outputs));
     let donors = donors(graph, &order, &seen);
     plan_ordered(graph, unique, &seen, &order, &donors, opts)
 }
@@ -124,8 +128,8 @@ pub fn plan(graph: &Graph, outputs: &[NodeId], opts: &Options) -> Plan {
 /// its products store into themselves (`redirect.rs`) is drawn though it never runs, and sibling folds that run as
 /// one kernel (`siblings.rs`) are drawn apart.
 pub fn kernel_nodes(graph: &Graph, outputs: &[NodeId], opts: &Options) -> (Vec<NodeId>, Vec<Vec<NodeId>>) {
-    let (unique, seen) = dedup(outputs);
-    let order = toposort::toposort(graph, &unique);
+    let order = toposort::toposort(graph, outputs);
+    let (_, seen) = dedup(&write::with_writes(graph, &order, outputs));
     let fusion = fuse::materialize(graph, &order, &seen, &FastSet::default(), opts);
     let groups = fuse::group(graph, &order, &fusion, opts, &FastSet::default());
     let place: FastMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
@@ -184,7 +188,7 @@ fn plan_ordered(
         // Members read by another group must be written even when nobody asked for them.
         let read_elsewhere: FastSet<NodeId> = groups.iter().flat_map(|g| g.inputs.iter().copied()).collect();
         let written = |id: NodeId| seen.contains(&id) || read_elsewhere.contains(&id);
-        let mut slots = Slots { graph, slots: Vec::new(), of: FastMap::default() };
+        let mut slots = Slots { graph, donors, slots: Vec::new(), of: FastMap::default() };
         let mut lower_all = || -> Result<Vec<Kernel>, NodeId> {
             let mut kernels = Vec::with_capacity(groups.len());
             for g in &groups {
@@ -198,12 +202,14 @@ fn plan_ordered(
                     written: &written,
                     slot: &mut |id| cell.borrow_mut().get(id),
                     scratch: &mut |bytes| cell.borrow_mut().scratch(head, bytes),
+                    donors,
                     tile: opts.matmul_tile,
                     tiles: opts.matmul_tiles,
                     team_min: opts.row_team_min,
                 };
                 match g.head {
                     Some(_) if g.rows => kernels.push(reduce::lower_rows(cx)?),
+                    Some(w) if matches!(graph.node(w).op, NodeOp::Write(..)) => kernels.push(write::lower(cx)?),
                     None => kernels.push(lower::lower(cx)?),
                     Some(r) if matches!(graph.node(r).op, NodeOp::Matmul(..)) => kernels.extend(matmul::lower(cx)?),
                     Some(_) => kernels.extend(reduce::lower(cx)?),

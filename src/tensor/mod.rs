@@ -18,6 +18,7 @@ pub(crate) mod reductions;
 pub(crate) mod seam;
 pub(crate) mod segments;
 pub(crate) mod views;
+pub(crate) mod write;
 
 use crate::device::Device;
 use crate::dtype::DType;

@@ -10,6 +10,7 @@ mod math;
 mod matmul;
 mod regs;
 mod runs;
+mod scatter;
 mod simd;
 
 use super::free::{self, FreeList};
@@ -158,8 +159,12 @@ impl Backend for CpuBackend {
             }
             for (n, kernel) in job.kernels.iter().enumerate() {
                 let started = job.profile.then(std::time::Instant::now);
+                // A slice stored into a larger buffer, which keeps its other elements: no output of its own.
+                if kernel.scatter.is_some() {
+                    scatter::run(&mut st, kernel, &job, &mut keys, &mut created, stats)?;
+                }
                 let mut outs: Vec<Vec<f32>> = Vec::with_capacity(kernel.outputs.len());
-                for &(slot, _) in &kernel.outputs {
+                for &(slot, _) in kernel.outputs.iter().filter(|_| kernel.scatter.is_none()) {
                     // An output stored through a view is computed in the kernel's own layout, then placed.
                     let len = match kernel.store_view {
                         Some(_) => kernel.shape.numel(),
@@ -175,6 +180,7 @@ impl Backend for CpuBackend {
                         .collect();
                     let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
                     match kernel.kind {
+                        _ if kernel.scatter.is_some() => {}
                         Kind::Elementwise => map::elementwise(kernel, &inputs, &mut views),
                         Kind::Reduce(_) => folds::reduce(kernel, &inputs, &mut views),
                         Kind::Rows { .. } => folds::rows(kernel, &inputs, &mut views),

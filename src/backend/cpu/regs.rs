@@ -73,6 +73,10 @@ fn read_after(k: &Kernel) -> Vec<bool> {
     for &(_, v) in &k.outputs {
         after[v] = true;
     }
+    // A slice write's places are stored beside its values (`scatter.rs`).
+    if let Some(at) = k.scatter {
+        after[at] = true;
+    }
     match k.kind {
         Kind::Reduce(r) => after[r.value] = true,
         Kind::Matmul(mm) => (after[mm.a], after[mm.b]) = (true, true),

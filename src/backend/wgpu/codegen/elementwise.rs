@@ -39,8 +39,10 @@ fn linear_main(e: &mut Emitter) {
     );
     coords(e, 1);
     e.range(0..k.body.len(), 1);
+    // A slice written into a larger buffer stores at the index its body computed (`Kernel::scatter`).
+    let at = k.scatter.map_or_else(|| "i".to_string(), |s| format!("u32(t{s})"));
     for (o, &(_, value)) in k.outputs.iter().enumerate() {
-        let st = e.store(o, "i", &format!("t{value}"));
+        let st = e.store(o, &at, &format!("t{value}"));
         e.line(1, &st);
     }
     e.out.push_str("}\n");

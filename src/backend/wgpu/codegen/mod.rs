@@ -290,6 +290,7 @@ pub struct Key {
     phases: Vec<crate::kernel::Phase>,
     aliases: Vec<(usize, usize)>,
     store_view: Option<usize>,
+    scatter: Option<usize>,
     target: Target,
 }
 
@@ -317,6 +318,7 @@ impl Key {
             phases,
             aliases,
             store_view,
+            scatter,
             fused_ops: _,
             // A group's source is its members' (`group::generate`), keyed by theirs.
             joins: _,
@@ -339,6 +341,7 @@ impl Key {
             phases: phases.clone(),
             aliases: aliases.clone(),
             store_view: *store_view,
+            scatter: *scatter,
             target: *target,
         }
     }

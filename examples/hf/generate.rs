@@ -1,0 +1,199 @@
+//! Generating from a causal language model: the prompt in one realize (prefill), then one realize per token,
+//! writing each layer's keys and values into its `KvCache` in place; greedy or sampled (temperature and top-k);
+//! or, for parity checks, without a cache (the whole sequence again every token).
+
+use lazor::nn::KvCache;
+use lazor::{DType, Device, Stats, Tensor};
+use std::time::{Duration, Instant};
+
+/// A decoder-only model as generation drives it.
+pub trait CausalLm {
+    /// Logits `[batch, t, vocab]` of the token ids `ids` (`I32 [batch, t]`) at positions `start..start + t`: with
+    /// `caches` (one per layer), the new keys and values are written there and attention reads the cache; without,
+    /// `ids` is the whole sequence (`start` 0) under causal attention. `last_only` keeps the last position's
+    /// logits alone (`[batch, 1, vocab]`), which is all generation needs.
+    fn forward(&self, ids: &Tensor, start: usize, caches: Option<&[KvCache]>, last_only: bool) -> Tensor;
+    /// An empty cache per layer for `batch` sequences of up to `max_len` positions, in the model's dtype.
+    fn caches(&self, batch: usize, max_len: usize) -> Vec<KvCache>;
+    /// The most positions the model takes.
+    fn max_positions(&self) -> usize;
+    fn device(&self) -> &Device;
+}
+
+/// How the next token is chosen: the most likely (`temperature` 0), or drawn from the `top_k` most likely (0: all)
+/// at `temperature`, from a generator seeded with `seed`.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub seed: u64,
+}
+
+impl Sampling {
+    pub const GREEDY: Sampling = Sampling { temperature: 0.0, top_k: 0, seed: 0 };
+
+    fn greedy(&self) -> bool {
+        self.temperature <= 0.0 || self.top_k == 1
+    }
+}
+
+/// What one generation is asked to do.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub max_new: usize,
+    pub sampling: Sampling,
+    /// Decode with a KV cache (otherwise the whole sequence every token).
+    pub cache: bool,
+    /// Keep every step's last-position logits (`[batch, vocab]`, as f32) in [`Step::logits`].
+    pub keep_logits: bool,
+}
+
+/// One realize of a generation: the prompt's (step 0) or one new token's.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// The token chosen for each sequence.
+    pub tokens: Vec<i32>,
+    /// The last position's logits, `[batch, vocab]` row-major, where kept.
+    pub logits: Option<Vec<f32>>,
+    /// Wall time of the step, read-back of the tokens included.
+    pub time: Duration,
+    /// What the device did during the step (the counters' differences).
+    pub stats: Stats,
+    /// Bytes of buffers live after the step.
+    pub live_bytes: u64,
+}
+
+/// The steps of one generation: the prefill, then one per new token after the first.
+pub struct Generation {
+    pub steps: Vec<Step>,
+}
+
+impl Generation {
+    /// The new tokens of sequence `b`.
+    pub fn tokens(&self, b: usize) -> Vec<i32> {
+        self.steps.iter().map(|s| s.tokens[b]).collect()
+    }
+
+    /// Tokens per second over the decoding steps after the first (which may compile kernels), counting every
+    /// sequence's token.
+    pub fn decode_rate(&self) -> Option<f64> {
+        let decode = self.steps.get(2..).filter(|s| !s.is_empty())?;
+        let time: f64 = decode.iter().map(|s| s.time.as_secs_f64()).sum();
+        Some((decode.len() * self.steps[0].tokens.len()) as f64 / time)
+    }
+}
+
+/// A small deterministic generator (SplitMix64) for sampling.
+struct Rng(u64);
+
+impl Rng {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A token drawn from `logits` (one row) at `temperature` among the `top_k` largest.
+fn sample(logits: &[f32], s: &Sampling, rng: &mut Rng) -> i32 {
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    let k = if s.top_k == 0 { order.len() } else { s.top_k.min(order.len()) };
+    // The k largest first (in linear time), then in order.
+    let larger = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]);
+    if k < order.len() {
+        order.select_nth_unstable_by(k, larger);
+    }
+    order[..k].sort_by(larger);
+    let top = logits[order[0]] as f64;
+    let weights: Vec<f64> =
+        order[..k].iter().map(|&i| ((logits[i] as f64 - top) / s.temperature as f64).exp()).collect();
+    let mut at = rng.next_f64() * weights.iter().sum::<f64>();
+    for (w, &i) in weights.iter().zip(&order) {
+        at -= w;
+        if at < 0.0 {
+            return i as i32;
+        }
+    }
+    order[k - 1] as i32
+}
+
+/// Generates `opts.max_new` tokens after each prompt of `prompts` (one sequence each, all of one length), calling
+/// `on_step` with each step's tokens as they come.
+pub fn generate(
+    model: &dyn CausalLm,
+    prompts: &[Vec<i32>],
+    opts: &Options,
+    on_step: &mut dyn FnMut(&Step),
+) -> Result<Generation, String> {
+    let (b, t0) = (prompts.len(), prompts.first().map_or(0, Vec::len));
+    if b == 0 || t0 == 0 || prompts.iter().any(|p| p.len() != t0) {
+        return Err("the prompts must be non-empty and of one length".into());
+    }
+    let max_len = t0 + opts.max_new;
+    if max_len > model.max_positions() {
+        return Err(format!(
+            "{t0} prompt tokens and {} new exceed the model's {} positions",
+            opts.max_new,
+            model.max_positions()
+        ));
+    }
+    let dev = model.device().clone();
+    let caches = if opts.cache { model.caches(b, max_len) } else { Vec::new() };
+    let mut rng = Rng(opts.sampling.seed);
+    let mut sequences: Vec<Vec<i32>> = prompts.to_vec();
+    // The tokens to feed next: the prompt, then the last token chosen (on the device where greedy picked it).
+    let mut ids = Tensor::from_vec_on(prompts.concat(), [b, t0], &dev);
+    let mut steps = Vec::with_capacity(opts.max_new);
+    lazor::no_grad(|| -> Result<(), String> {
+        for n in 0..opts.max_new {
+            let started = Instant::now();
+            let before = dev.stats();
+            let logits = match opts.cache {
+                true => model.forward(&ids, if n == 0 { 0 } else { t0 + n - 1 }, Some(&caches), true),
+                false => {
+                    let len = sequences[0].len();
+                    model.forward(&Tensor::from_vec_on(sequences.concat(), [b, len], &dev), 0, None, true)
+                }
+            };
+            let logits = logits.reshape([b, logits.shape()[2]]);
+            let (tokens, kept, next) = if opts.sampling.greedy() {
+                // Read as f32 (exact for ids below 2^24) in the one realize that reads the logits too; the next
+                // step casts it back where it reads it, on the device.
+                let next = logits.argmax(-1).to_dtype(DType::F32);
+                let wide = logits.to_dtype(DType::F32);
+                let mut read: Vec<&Tensor> = vec![&next];
+                if opts.keep_logits {
+                    read.push(&wide);
+                }
+                let mut values = lazor::to_vecs(&read).map_err(|e| e.to_string())?;
+                let kept = opts.keep_logits.then(|| values.pop().expect("logits read"));
+                let tokens: Vec<i32> = values[0].iter().map(|&x| x as i32).collect();
+                (tokens, kept, next.to_dtype(DType::I32).reshape([b, 1]))
+            } else {
+                let values = logits.to_dtype(DType::F32).try_to_vec().map_err(|e| e.to_string())?;
+                let vocab = values.len() / b;
+                let tokens: Vec<i32> = values.chunks(vocab).map(|row| sample(row, &opts.sampling, &mut rng)).collect();
+                let next = Tensor::from_vec_on(tokens.clone(), [b, 1], &dev);
+                (tokens, opts.keep_logits.then_some(values), next)
+            };
+            for (seq, &tok) in sequences.iter_mut().zip(&tokens) {
+                seq.push(tok);
+            }
+            ids = next;
+            let after = dev.stats();
+            let step = Step {
+                tokens,
+                logits: kept,
+                time: started.elapsed(),
+                stats: after.since(&before),
+                live_bytes: after.live_buffer_bytes,
+            };
+            on_step(&step);
+            steps.push(step);
+        }
+        Ok(())
+    })?;
+    Ok(Generation { steps })
+}
