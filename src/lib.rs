@@ -29,6 +29,7 @@ pub mod safetensors;
 mod tensor;
 // The orchestrator and the handle users hold.
 mod device;
+mod device_async;
 mod profile;
 mod realize;
 // The graph, the scheduler and the kernel IR.
@@ -38,6 +39,7 @@ mod schedule;
 // The backends: the CPU interpreter of the IR, and wgpu (WGSL generation, then run).
 mod backend;
 // The ground floor.
+mod clock;
 mod dtype;
 mod env;
 mod error;
@@ -64,4 +66,5 @@ pub use tensor::debug;
 pub use tensor::dim::Dim;
 pub use tensor::element::Element;
 pub use tensor::read::to_vecs;
+pub use tensor::read_async::{realize_async, to_vecs_async};
 pub use tensor::{realize, Tensor};

@@ -13,6 +13,7 @@ pub(crate) mod matmul;
 pub(crate) mod ops;
 pub(crate) mod random;
 pub(crate) mod read;
+pub(crate) mod read_async;
 pub(crate) mod reductions;
 pub(crate) mod segments;
 pub(crate) mod views;
@@ -235,6 +236,7 @@ impl Tensor {
         if self.device.same(device) {
             return Ok(self.clone());
         }
+        self.device.check_blocking("to_device()", "to_device_async()")?;
         let words = self.device.read(&[self.id])?.pop().expect("one output");
         Ok(Tensor::from_op(device, Op::Data(words), self.shape.clone(), self.dtype))
     }

@@ -114,7 +114,7 @@ impl State {
 
 impl Backend for CpuBackend {
     fn name(&self) -> String {
-        format!("CPU ({} threads)", rayon::current_num_threads())
+        format!("CPU ({} threads)", crate::backend::par::threads())
     }
 
     fn max_bindings(&self) -> usize {
@@ -157,7 +157,7 @@ impl Backend for CpuBackend {
                 });
             }
             for (n, kernel) in job.kernels.iter().enumerate() {
-                let started = job.profile.then(std::time::Instant::now);
+                let started = job.profile.then(crate::clock::Instant::now);
                 let mut outs: Vec<Vec<f32>> = Vec::with_capacity(kernel.outputs.len());
                 for &(slot, _) in &kernel.outputs {
                     // An output stored through a view is computed in the kernel's own layout, then placed.

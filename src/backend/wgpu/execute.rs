@@ -30,7 +30,7 @@ impl WgpuBackend {
         let gpu = &self.gpu;
         let mut guard = self.state();
         let st = &mut *guard;
-        let t0 = std::time::Instant::now();
+        let t0 = crate::clock::Instant::now();
         let scopes = Scopes::push(&gpu.device);
         let compiled_before = stats.pipelines_compiled;
         st.bind_groups.sync(st.pool.dropped);
@@ -253,6 +253,9 @@ impl WgpuBackend {
         let held = if batch.realizes == 0 {
             false
         } else if !staged.is_empty()
+            // In the browser nothing would submit a held batch later (no submit thread): every realize goes now,
+            // and the page's WebGPU queues it behind the running work itself.
+            || cfg!(target_arch = "wasm32")
             || job.profile
             || batch.realizes >= batch::MAX_REALIZES
             || st.in_flight.room(depth, batch.realizes)

@@ -10,7 +10,7 @@
 // starts from an empty device.
 
 use crate::error::lock;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// Held while a `Device` is opened (adapters enumerated, a device taken or created): one at a time per process.
 ///
@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// within 0.1 s: a core dump showed a thread that had called a null function pointer while another was in
 /// `vkEnumerateDeviceExtensionProperties`, under wgpu's adapter enumeration. Serial runs (35) never crashed.
 /// Opening a device is rare and slow anyway (50-200 ms), so serializing it costs programs nothing.
-pub fn opening() -> MutexGuard<'static, ()> {
+#[cfg(not(target_arch = "wasm32"))]
+pub fn opening() -> std::sync::MutexGuard<'static, ()> {
     static OPENING: Mutex<()> = Mutex::new(());
     lock(&OPENING)
 }
