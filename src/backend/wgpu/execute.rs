@@ -48,14 +48,7 @@ impl WgpuBackend {
                 None => {
                     // Compiling can take long; what is held back runs meanwhile.
                     self.flush(st);
-                    let sources: Vec<String> = members.iter().map(|k| codegen::generate(k, &target)).collect();
-                    let wgsl = match &sources[..] {
-                        [one] => one.clone(),
-                        many => {
-                            let spans: Vec<usize> = members.iter().map(|k| k.binding_span()).collect();
-                            codegen::group::generate(many, &spans)
-                        }
-                    };
+                    let wgsl = codegen::dispatch_source(members, &target);
                     let name = members.iter().map(|k| k.name()).collect::<Vec<_>>().join(" | ");
                     // A matmul's indices are in range by construction: every load and store is guarded by the
                     // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
