@@ -115,3 +115,10 @@ pub fn viz_dir() -> Option<&'static PathBuf> {
     static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     DIR.get_or_init(|| var("LAZOR_VIZ").map(PathBuf::from)).as_ref()
 }
+
+/// The host clock: std's `Instant` on native targets; in the browser, where std's panics, the same type over the
+/// page's `performance.now()`.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use std::time::Instant;
+#[cfg(target_arch = "wasm32")]
+pub(crate) use web_time::Instant;

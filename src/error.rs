@@ -165,6 +165,17 @@ pub enum Error {
     /// Mapping a buffer for read back failed.
     #[error("lazor: read back failed: {0}")]
     ReadBack(String),
+    /// A call that waits for the GPU, made in the browser (wasm32) on a WebGPU device: the page's one thread cannot
+    /// wait, since the GPU's answer arrives through that thread's event loop. `twin` is the call to await instead.
+    #[error(
+        "lazor: {op} cannot wait for the GPU in the browser (the page's one thread would hang); await {twin} instead"
+    )]
+    WouldBlock {
+        /// The blocking call, as users call it.
+        op: &'static str,
+        /// Its awaitable twin, as users call it (`to_vec_async()`).
+        twin: &'static str,
+    },
     /// A bad value for a `LAZOR_*` environment variable.
     #[error("lazor: {var}={value}: {message}")]
     Env {

@@ -67,5 +67,6 @@ pub use tensor::debug;
 pub use tensor::dim::Dim;
 pub use tensor::element::Element;
 pub use tensor::read::to_vecs;
+pub use tensor::read_async::{realize_async, to_vecs_async};
 pub use tensor::write::Position;
 pub use tensor::{realize, Tensor};

@@ -26,6 +26,10 @@ macro_rules! helpers {
 }
 
 helpers! {
+    /// `lz_bits`: the f32 of a bit pattern, at run time. Infinities and NaN cannot be written as
+    /// `bitcast<f32>(0x7f800000u)`: that is a const-expression, and WGSL makes one whose value is not finite a
+    /// shader-creation error (Chrome's compiler enforces it; naga does not). A call of a function is never one.
+    Bits,
     /// `lz_isnan`: a NaN test by bit mask, which no compiler folds away.
     IsNan,
     /// `lz_max`: NaN-propagating maximum.

@@ -4,6 +4,7 @@
 
 use crate::backend::{Backends, Data, Job, JobBuffer, ReadId};
 use crate::buffer::BufferKey;
+use crate::env::Instant;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId, NodeOp};
 use crate::profile::Stats;
@@ -13,7 +14,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 /// A device's graph and counters, behind one lock: realizes on one device run one at a time.
 #[derive(Default)]
@@ -300,7 +300,44 @@ impl Engine {
     pub(crate) async fn read_async(&self, ids: &[NodeId]) -> Result<Vec<Vec<u32>>> {
         let mut pending = UncollectedReads { engine: self, tickets: self.run(ids, ids)? };
         ReadsDone { engine: self, tickets: &pending.tickets }.await?;
+        // In the browser errors arrive through the event loop, before the read they spoil.
+        self.backend.check_health().map_err(|e| e.on_device(&self.name()))?;
         self.collect(std::mem::take(&mut pending.tickets))
+    }
+
+    /// Resolves once everything submitted to the device so far has run, without blocking the caller's thread.
+    pub(crate) async fn idle_async(&self) -> Result<()> {
+        if let Some(idle) = self.backend.when_idle() {
+            Idle { engine: self, idle }.await?;
+        }
+        self.backend.check_health().map_err(|e| e.on_device(&self.name()))
+    }
+}
+
+/// Resolves once the backend's work-done signal is set; polls like [`ReadsDone`].
+struct Idle<'a> {
+    engine: &'a Engine,
+    idle: crate::backend::signal::Signal<()>,
+}
+
+impl Future for Idle<'_> {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Err(e) = self.engine.backend.poll() {
+            return Poll::Ready(Err(e.on_device(&self.engine.name())));
+        }
+        if self.idle.is_set() {
+            return Poll::Ready(Ok(()));
+        }
+        // Natively the callback runs when someone polls, so ask to be polled again; in the browser it runs from
+        // the event loop, which a task that keeps waking itself would starve.
+        if cfg!(target_arch = "wasm32") {
+            self.idle.wake_when_set(cx.waker());
+        } else {
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
     }
 }
 
@@ -319,7 +356,8 @@ impl Drop for UncollectedReads<'_> {
 }
 
 /// Resolves once every read-back has arrived. Each poll lets the backend make progress without blocking; until
-/// then the future asks to be polled again, which yields to the executor between checks.
+/// then the future asks to be polled again, which yields to the executor between checks, or, in the browser, to
+/// be woken by the read's callback ([`crate::backend::Backend::wake_when_read`]).
 struct ReadsDone<'a> {
     engine: &'a Engine,
     tickets: &'a [Option<ReadId>],
@@ -333,11 +371,12 @@ impl Future for ReadsDone<'_> {
         if let Err(e) = backend.poll() {
             return Poll::Ready(Err(e));
         }
-        if self.tickets.iter().flatten().all(|&t| backend.read_ready(t)) {
-            Poll::Ready(Ok(()))
-        } else {
-            cx.waker().wake_by_ref();
-            Poll::Pending
+        match self.tickets.iter().flatten().find(|&&t| !backend.read_ready(t)) {
+            None => Poll::Ready(Ok(())),
+            Some(&t) => {
+                backend.wake_when_read(t, cx.waker());
+                Poll::Pending
+            }
         }
     }
 }

@@ -113,7 +113,24 @@ pub fn broadcast<T: Copy>(values: &[T], from: &Shape, to: &Shape) -> Vec<T> {
 /// # Panics
 /// On a device failure while reading a realized value back.
 pub fn eval(tensors: &[&Tensor]) -> Vec<Vec<f32>> {
-    eval_lanes(tensors)
+    as_f32(eval_lanes(tensors), tensors)
+}
+
+/// [`eval`], reading the realized values back without blocking: the oracle of the browser test suite, where a
+/// WebGPU device cannot block.
+///
+/// # Panics
+/// As [`eval`].
+pub async fn eval_async(tensors: &[&Tensor]) -> Vec<Vec<f32>> {
+    let Some((device, roots, stored)) = leaves(tensors) else { return Vec::new() };
+    let read =
+        if stored.is_empty() { Vec::new() } else { device.read_async(&stored).await.unwrap_or_else(|e| panic!("{e}")) };
+    as_f32(interpret_read(&device, &roots, stored, read), tensors)
+}
+
+/// Lanes of each tensor's type as f32 values.
+fn as_f32(lanes: Vec<Vec<u32>>, tensors: &[&Tensor]) -> Vec<Vec<f32>> {
+    lanes
         .into_iter()
         .zip(tensors)
         .map(|(lanes, t)| lanes.into_iter().map(|l| f32::from_bits(DType::F32.cast_lane(t.dtype(), l))).collect())
@@ -143,8 +160,14 @@ pub fn device_lanes(t: &Tensor) -> Vec<u32> {
 /// # Panics
 /// As [`eval`].
 pub fn eval_lanes(tensors: &[&Tensor]) -> Vec<Vec<u32>> {
-    let Some(first) = tensors.first() else { return Vec::new() };
-    let device = first.device().clone();
+    let Some((device, roots, stored)) = leaves(tensors) else { return Vec::new() };
+    let read = if stored.is_empty() { Vec::new() } else { device.read(&stored).unwrap_or_else(|e| panic!("{e}")) };
+    interpret_read(&device, &roots, stored, read)
+}
+
+/// The device of `tensors`, their nodes, and the realized nodes their values depend on; `None` for no tensors.
+fn leaves(tensors: &[&Tensor]) -> Option<(crate::Device, Vec<NodeId>, Vec<NodeId>)> {
+    let device = tensors.first()?.device().clone();
     let roots: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
     let stored: Vec<NodeId> = {
         let state = device.state();
@@ -153,7 +176,11 @@ pub fn eval_lanes(tensors: &[&Tensor]) -> Vec<Vec<u32>> {
             .filter(|&id| matches!(state.graph.node(id).op, NodeOp::Buffer))
             .collect()
     };
-    let read = if stored.is_empty() { Vec::new() } else { device.read(&stored).unwrap_or_else(|e| panic!("{e}")) };
+    Some((device, roots, stored))
+}
+
+/// [`interpret`] on `device`'s graph, given the words read back from the realized nodes `stored`.
+fn interpret_read(device: &crate::Device, roots: &[NodeId], stored: Vec<NodeId>, read: Vec<Vec<u32>>) -> Vec<Vec<u32>> {
     let state = device.state();
     let graph = &state.graph;
     let values: HashMap<NodeId, Vec<u32>> = stored
@@ -164,7 +191,7 @@ pub fn eval_lanes(tensors: &[&Tensor]) -> Vec<Vec<u32>> {
             (id, node.dtype.decode(&words, node.shape.numel()))
         })
         .collect();
-    interpret(graph, &roots, values)
+    interpret(graph, roots, values)
 }
 
 /// The values of `roots` (as lanes of their types) by interpreting `graph`, given the values of its realized

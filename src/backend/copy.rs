@@ -1,8 +1,6 @@
 //! Copying read-back words out to host memory: in parallel when large, so the copy and the page faults of fresh
 //! memory spread over the cores instead of running at one core's speed.
 
-use rayon::prelude::*;
-
 /// Below this many words one core copies: a task costs more than it saves.
 const PARALLEL_MIN: usize = 1 << 20;
 /// Words per task (1 MiB).
@@ -14,7 +12,7 @@ pub(crate) fn copy(dst: &mut [u32], src: &[u32]) {
     if src.len() < PARALLEL_MIN {
         dst.copy_from_slice(src);
     } else {
-        dst.par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(d, s)| d.copy_from_slice(s));
+        super::par::zip_chunks(dst, src, CHUNK, |d, s| d.copy_from_slice(s));
     }
 }
 
@@ -24,7 +22,7 @@ pub(crate) fn to_vec(src: &[u32]) -> Vec<u32> {
         return src.to_vec();
     }
     let mut out: Vec<u32> = Vec::with_capacity(src.len());
-    out.spare_capacity_mut()[..src.len()].par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(d, s)| {
+    super::par::zip_chunks(&mut out.spare_capacity_mut()[..src.len()], src, CHUNK, |d, s| {
         // SAFETY: `d` and `s` have the same length (equal chunking of equal lengths) and do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u32>(), s.len()) }
     });

@@ -4,6 +4,8 @@
 pub(crate) mod copy;
 pub(crate) mod cpu;
 pub(crate) mod free;
+pub(crate) mod par;
+pub(crate) mod signal;
 pub(crate) mod wgpu;
 
 use crate::buffer::BufferKey;
@@ -104,6 +106,17 @@ pub(crate) trait Backend: Send + Sync {
     fn submits(&self) -> Option<u64>;
     /// Whether a read-back has arrived.
     fn read_ready(&self, id: ReadId) -> bool;
+    /// Has `waker` woken when the read-back may have arrived. By default at once: the awaiting future then polls
+    /// the backend again, which is what runs a native GPU's callbacks. A browser's WebGPU runs them from the page's
+    /// event loop, which a task that keeps waking itself would starve: there the read's own callback wakes it.
+    fn wake_when_read(&self, _id: ReadId, waker: &std::task::Waker) {
+        waker.wake_by_ref();
+    }
+    /// A signal set once everything submitted so far has run, or `None` where nothing is left running (the CPU
+    /// backend runs each job when it is made). Flushes what is held back first.
+    fn when_idle(&self) -> Option<signal::Signal<()>> {
+        None
+    }
     /// Lends the words of a read-back (the buffer's bytes, whole words) to `f`, waiting for them if needed; the
     /// read is finished afterwards.
     fn read_with(&self, id: ReadId, f: &mut dyn FnMut(&[u32])) -> Result<()>;

@@ -1,5 +1,7 @@
-//! Looking inside: the graph behind tensors as Graphviz DOT, its nodes grouped by the kernel they fuse into.
+//! Looking inside: the graph behind tensors as Graphviz DOT, its nodes grouped by the kernel they fuse into, and the
+//! WGSL of the kernels the next realize would run.
 
+use crate::backend::wgpu::codegen::{dispatch_source, Target};
 use crate::error::ok;
 use crate::graph::NodeId;
 use crate::schedule::dot::graph_dot;
@@ -32,4 +34,48 @@ pub fn dot(tensors: &[&Tensor]) -> String {
     let opts = first.device.schedule_options();
     let state = first.device.state();
     graph_dot(&state.graph, &ids, &opts)
+}
+
+/// The WGSL of every dispatch the next realize of `tensors` would run, each with its name as profiles and
+/// `LAZOR_DEBUG` give it: what a wgpu device compiles, for its features as set now (subgroups, native f16, tensor
+/// cores). The CPU backend runs the same kernels without WGSL: for it, the source an adapter without optional
+/// features compiles (what any WebGPU browser accepts). Runs nothing; empty when everything is realized.
+///
+/// # Panics
+/// If the tensors live on different devices.
+///
+/// # Examples
+/// ```
+/// let dev = lazor::Device::cpu();
+/// let x = lazor::Tensor::from_vec_on(vec![1.0, -2.0, 3.0], [3], &dev);
+/// let y = (x.exp() + 1.0).relu();
+/// let kernels = lazor::debug::wgsl(&[&y]);
+/// assert_eq!(kernels.len(), 1, "exp, add and relu fuse into one kernel");
+/// assert!(kernels[0].1.contains("@compute"));
+/// ```
+#[track_caller]
+pub fn wgsl(tensors: &[&Tensor]) -> Vec<(String, String)> {
+    let Some(first) = tensors.first() else { return Vec::new() };
+    for t in tensors {
+        ok(first.device.check_same(&t.device, "wgsl"));
+    }
+    let ids: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
+    let opts = first.device.schedule_options();
+    let target = match first.device.inner.backend.wgpu() {
+        Some(w) => Target { subgroups: w.subgroups(), f16: w.native_f16(), coop: w.tensor_cores() },
+        None => Target::default(),
+    };
+    let plan = {
+        let mut state = first.device.state();
+        let crate::realize::EngineState { graph, plans, .. } = &mut *state;
+        plans.plan(graph, &ids, &opts).0
+    };
+    crate::kernel::dispatches(&plan.kernels)
+        .into_iter()
+        .map(|run| {
+            let members = &plan.kernels[run];
+            let name = members.iter().map(|k| k.name()).collect::<Vec<_>>().join(" | ");
+            (name, dispatch_source(members, &target))
+        })
+        .collect()
 }

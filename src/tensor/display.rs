@@ -41,13 +41,70 @@ impl Tensor {
 
     /// The printed elements' texts, row-major over the narrowed tensor.
     fn printed_texts(t: &Tensor) -> Result<Vec<String>> {
+        t.device.check_blocking("Display", "to_string_async()")?;
         Ok(match t.dtype() {
             DType::F32 | DType::F16 | DType::BF16 => float_texts(&t.to_dtype(DType::F32).try_to_vec()?),
-            DType::I32 => t.try_to_vec_as::<i32>()?.iter().map(i32::to_string).collect(),
-            DType::U32 => t.try_to_vec_as::<u32>()?.iter().map(u32::to_string).collect(),
-            DType::Bool => t.try_to_vec_as::<bool>()?.iter().map(bool::to_string).collect(),
+            DType::I32 => texts(t.try_to_vec_as::<i32>()?),
+            DType::U32 => texts(t.try_to_vec_as::<u32>()?),
+            DType::Bool => texts(t.try_to_vec_as::<bool>()?),
         })
     }
+
+    /// [`Tensor::printed_texts`], awaiting the read.
+    async fn printed_texts_async(t: &Tensor) -> Result<Vec<String>> {
+        Ok(match t.dtype() {
+            DType::F32 | DType::F16 | DType::BF16 => float_texts(&t.to_dtype(DType::F32).to_vec_async().await?),
+            DType::I32 => texts(t.to_vec_as_async::<i32>().await?),
+            DType::U32 => texts(t.to_vec_as_async::<u32>().await?),
+            DType::Bool => texts(t.to_vec_as_async::<bool>().await?),
+        })
+    }
+
+    /// The text `Display` prints, from the printed elements' texts (or why they could not be read).
+    fn shown(&self, t: &Tensor, items: &[Vec<Item>], texts: Result<Vec<String>>) -> String {
+        let body = match texts {
+            Err(e) => format!("<not read: {e}>"),
+            Ok(texts) if self.ndim() == 0 => texts[0].clone(),
+            Ok(_) if self.numel() == 0 => "[]".to_string(),
+            Ok(texts) => {
+                let width =
+                    texts.iter().map(String::len).max().unwrap_or(0).max(if self.numel() > THRESHOLD { 3 } else { 0 });
+                let mut out = String::new();
+                block(&mut out, &texts, width, t.shape(), items, 0, 0);
+                out
+            }
+        };
+        format!("tensor({body}, shape={:?}, dtype={}, device={})", self.shape(), self.dtype(), self.device().name())
+    }
+
+    /// What `Display` prints (`format!("{t}")`), as a future: the printed elements are read back without blocking.
+    /// In the browser (wasm32), how a WebGPU tensor is printed; `Display` there prints why it could not read.
+    ///
+    /// # Errors
+    /// Device failures, as [`Tensor::try_to_vec`] (`Display` prints them in place of the values instead).
+    ///
+    /// # Examples
+    /// ```
+    /// # fn main() -> lazor::Result<()> { pollster::block_on(async {
+    /// let dev = lazor::Device::cpu();
+    /// let x = lazor::Tensor::from_vec_on(vec![1.0, 2.5], [2], &dev);
+    /// assert_eq!(x.to_string_async().await?, format!("{x}"));
+    /// assert!(x.to_string_async().await?.starts_with("tensor([1.0000, 2.5000], shape=[2]"));
+    /// # Ok(()) }) }
+    /// ```
+    pub fn to_string_async(&self) -> impl std::future::Future<Output = Result<String>> + Send + 'static {
+        let this = self.clone();
+        async move {
+            let (t, items) = this.printed();
+            let texts = Tensor::printed_texts_async(&t).await?;
+            Ok(this.shown(&t, &items, Ok(texts)))
+        }
+    }
+}
+
+/// Values as their `to_string`.
+fn texts<T: ToString>(values: Vec<T>) -> Vec<String> {
+    values.iter().map(T::to_string).collect()
 }
 
 /// Floats in one style for all, as PyTorch chooses it: `1.` when every finite value is an integer, scientific
@@ -118,19 +175,8 @@ fn block(out: &mut String, texts: &[String], width: usize, dims: &[usize], items
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (t, items) = self.printed();
-        let body = match Tensor::printed_texts(&t) {
-            Err(e) => format!("<not read: {e}>"),
-            Ok(texts) if self.ndim() == 0 => texts[0].clone(),
-            Ok(_) if self.numel() == 0 => "[]".to_string(),
-            Ok(texts) => {
-                let width =
-                    texts.iter().map(String::len).max().unwrap_or(0).max(if self.numel() > THRESHOLD { 3 } else { 0 });
-                let mut out = String::new();
-                block(&mut out, &texts, width, t.shape(), &items, 0, 0);
-                out
-            }
-        };
-        write!(f, "tensor({body}, shape={:?}, dtype={}, device={})", self.shape(), self.dtype(), self.device().name())
+        let texts = Tensor::printed_texts(&t);
+        f.write_str(&self.shown(&t, &items, texts))
     }
 }
 

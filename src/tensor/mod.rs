@@ -14,6 +14,7 @@ pub(crate) mod matmul;
 pub(crate) mod ops;
 pub(crate) mod random;
 pub(crate) mod read;
+pub(crate) mod read_async;
 pub(crate) mod reductions;
 pub(crate) mod seam;
 pub(crate) mod segments;
@@ -238,6 +239,7 @@ impl Tensor {
         if self.device.same(device) {
             return Ok(self.clone());
         }
+        self.device.check_blocking("to_device()", "to_device_async()")?;
         let words = self.device.read(&[self.id])?.pop().expect("one output");
         Ok(Tensor::from_op(device, NodeOp::Data(words), self.shape.clone(), self.dtype))
     }

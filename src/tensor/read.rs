@@ -23,7 +23,7 @@ impl Tensor {
     ///
     /// # Errors
     /// As [`Tensor::realize`], [`Error::ReadBack`] if mapping fails, and [`Error::DType`] if the tensor is not
-    /// f32.
+    /// f32. In the browser (wasm32) on a WebGPU device, [`Error::WouldBlock`]: await [`Tensor::to_vec_async`].
     pub fn try_to_vec(&self) -> Result<Vec<f32>> {
         self.try_to_vec_as::<f32>()
     }
@@ -48,6 +48,7 @@ impl Tensor {
     /// # Errors
     /// [`Error::DType`] if `T` is not the tensor's element type; as [`Tensor::try_to_vec`] otherwise.
     pub fn try_to_vec_as<T: Element>(&self) -> Result<Vec<T>> {
+        self.device.check_blocking("to_vec()", "to_vec_async()")?;
         self.check_read::<T>("to_vec")?;
         let words = self.device.read(&[self.id])?.pop().expect("one output");
         Ok(T::from_words(words, self.numel()))
@@ -71,7 +72,20 @@ impl Tensor {
     }
 
     /// [`Tensor::try_to_vec`] as a future: the realize is submitted on first poll and the future resolves when the
-    /// values are back, without blocking the thread on the GPU.
+    /// values are back, without blocking the thread on the GPU. In the browser (wasm32), how a WebGPU tensor is
+    /// read.
+    ///
+    /// # Errors
+    /// As [`Tensor::try_to_vec`] (never [`Error::WouldBlock`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # fn main() -> lazor::Result<()> { pollster::block_on(async {
+    /// let dev = lazor::Device::cpu();
+    /// let t = lazor::Tensor::ones_on([2], &dev) + 1.0;
+    /// assert_eq!(t.to_vec_async().await?, vec![2.0, 2.0]);
+    /// # Ok(()) }) }
+    /// ```
     pub fn to_vec_async(&self) -> impl Future<Output = Result<Vec<f32>>> + Send + 'static {
         let t = self.clone();
         async move {
@@ -84,7 +98,8 @@ impl Tensor {
     /// The single element of a one-element f32 tensor.
     ///
     /// # Panics
-    /// If the tensor does not have exactly one element or is not f32, or on a device failure.
+    /// If the tensor does not have exactly one element or is not f32, or on a device failure; in the browser
+    /// (wasm32) on a WebGPU device, always: await [`Tensor::to_scalar_async`] there.
     #[track_caller]
     pub fn to_scalar(&self) -> f32 {
         self.to_scalar_as::<f32>()
@@ -96,6 +111,7 @@ impl Tensor {
     /// If the tensor does not have exactly one element, if `T` is not its element type, or on a device failure.
     #[track_caller]
     pub fn to_scalar_as<T: Element>(&self) -> T {
+        crate::error::ok(self.device.check_blocking("to_scalar()", "to_scalar_async()"));
         assert!(
             self.numel() == 1,
             "lazor: to_scalar: tensor of shape {} has {} elements, not 1",
@@ -139,6 +155,7 @@ impl Tensor {
                 shape: self.shape.clone(),
             });
         }
+        self.device.check_blocking("read_into()", "to_vec_async()")?;
         self.check_read::<f32>("read_into")?;
         let out: &mut [u32] = bytemuck::cast_slice_mut(out);
         self.device.read_into(self.id, out)
@@ -168,6 +185,7 @@ impl Tensor {
     /// # Errors
     /// [`Error::DType`] if the tensor is not f32; as [`Tensor::try_to_vec`] otherwise.
     pub fn try_read_with<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+        self.device.check_blocking("read_with()", "to_vec_async()")?;
         self.check_read::<f32>("read_with")?;
         let n = self.numel();
         let mut f = Some(f);
@@ -188,6 +206,7 @@ impl Tensor {
 pub fn to_vecs(tensors: &[&Tensor]) -> Result<Vec<Vec<f32>>> {
     let Some(first) = tensors.first() else { return Ok(Vec::new()) };
     for t in tensors {
+        t.device.check_blocking("to_vecs()", "lazor::to_vecs_async()")?;
         first.device.check_same(&t.device, "to_vecs")?;
         t.check_read::<f32>("to_vecs")?;
     }

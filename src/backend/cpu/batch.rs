@@ -5,7 +5,6 @@
 use super::regs::Plan;
 use super::runs::{read_strided, view_at, Runs};
 use crate::kernel::{Instr, Kernel};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// The evaluator of instructions over a batch (`eval::eval`), handed to what runs bodies of its own inside one
@@ -18,9 +17,8 @@ pub(super) const BATCH: usize = 1024;
 /// Inputs of at least this many bytes have each window prefetched a batch ahead: past the L2 cache.
 const PREFETCH_BYTES: usize = 1 << 20;
 
-/// Runs `f` for every task index, in parallel on rayon's pool, or in order when called from one of its threads:
-/// a pool thread waiting on nested tasks may run one of its caller's other tasks, which could lock this device
-/// again on the same thread.
+/// Runs `f` for every task index, in parallel on rayon's pool, or in order when called from one of its threads
+/// (see [`crate::backend::par::on_pool_thread`]) and on wasm32.
 pub(super) fn tasks(n: usize, f: impl Fn(usize) + Send + Sync) {
     tasks_with(n, || (), |_, t| f(t));
 }
@@ -28,12 +26,7 @@ pub(super) fn tasks(n: usize, f: impl Fn(usize) + Send + Sync) {
 /// [`tasks`] with a state made by `init` for each worker (not each task): registers are allocated, and constants
 /// filled, once per thread rather than once per task.
 pub(super) fn tasks_with<S>(n: usize, init: impl Fn() -> S + Send + Sync, f: impl Fn(&mut S, usize) + Send + Sync) {
-    if rayon::current_thread_index().is_some() {
-        let mut state = init();
-        (0..n).for_each(|t| f(&mut state, t));
-    } else {
-        (0..n).into_par_iter().for_each_init(init, f);
-    }
+    crate::backend::par::for_each_init(n, init, f);
 }
 
 /// A pointer to an output that parallel tasks write disjoint ranges of.

@@ -193,6 +193,7 @@ fn instr(ctx: &Ctx, i: usize, batch: &Batch, regs: &mut Regs, out: &mut [f32]) {
 /// Asks for `len` elements of `v` from `at` on (as far as there are) to be brought into the cache: the next batch
 /// of a window, so its memory streams in while this batch computes.
 #[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn prefetch(v: &[f32], at: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {

@@ -110,7 +110,7 @@ fn multiply(a: &Operand, b: &Operand, dst: &mut [f32], m: usize, n: usize, inner
             )
         }
     };
-    let threads = rayon::current_num_threads();
+    let threads = crate::backend::par::threads();
     // gemm keeps a product below its threading threshold on one thread: only the batch can spread those.
     let small = m * n * inner < gemm::get_threading_threshold();
     if batches > 1 && (small || batches >= 4 * threads) {
@@ -118,11 +118,14 @@ fn multiply(a: &Operand, b: &Operand, dst: &mut [f32], m: usize, n: usize, inner
         return;
     }
     // On a pool thread, nested parallelism could run another of the caller's tasks on this thread (see `tasks`).
-    let par = if threads == 1 || rayon::current_thread_index().is_some() {
+    #[cfg(not(target_arch = "wasm32"))]
+    let par = if threads == 1 || crate::backend::par::on_pool_thread() {
         Parallelism::None
     } else {
         Parallelism::Rayon(threads)
     };
+    #[cfg(target_arch = "wasm32")]
+    let par = Parallelism::None;
     (0..batches).for_each(|i| one(i, par));
 }
 

@@ -115,7 +115,7 @@ impl CpuState {
 
 impl Backend for CpuBackend {
     fn name(&self) -> String {
-        format!("CPU ({} threads)", rayon::current_num_threads())
+        format!("CPU ({} threads)", crate::backend::par::threads())
     }
 
     fn max_bindings(&self) -> usize {
@@ -158,7 +158,7 @@ impl Backend for CpuBackend {
                 });
             }
             for (n, kernel) in job.kernels.iter().enumerate() {
-                let started = job.profile.then(std::time::Instant::now);
+                let started = job.profile.then(crate::env::Instant::now);
                 // A slice stored into a larger buffer, which keeps its other elements: no output of its own.
                 if kernel.scatter.is_some() {
                     scatter::run(&mut st, kernel, &job, &mut keys, &mut created, stats)?;

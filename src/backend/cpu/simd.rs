@@ -20,6 +20,7 @@ fn has_avx512() -> bool {
 /// Whether `op` is arithmetic-bound enough to gain from 512-bit vectors: the `exp`/`tanh` rows (the bench's unary case
 /// at 2^24 ran markedly faster with them; figures: docs/notes/source-measurements.md, `src/backend/cpu/simd.rs`). The
 /// cheap ones are bound by memory and stay 256-bit.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn wide(op: UnaryOp) -> bool {
     matches!(op, UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu | UnaryOp::Gelu)
 }
@@ -302,6 +303,7 @@ unsafe fn stream_avx(dst: *mut f32, src: &[f32]) {
 /// # Safety
 /// The 8 source rows of 8 elements and the 8 destination rows of 8 elements must be valid to read and to write.
 #[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub unsafe fn transpose8(src: *const f32, stride: isize, dst: *mut f32, dst_stride: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx") {

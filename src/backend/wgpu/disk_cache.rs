@@ -69,7 +69,7 @@ impl DiskCache {
                     fallback: true,
                 })
             };
-            (cache, pollster::block_on(scope.pop()))
+            (cache, super::gpu::block_on(scope.pop()))
         };
         let cache = match create(data) {
             (cache, None) => cache,

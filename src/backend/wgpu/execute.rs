@@ -30,7 +30,7 @@ impl WgpuBackend {
         let gpu = &self.gpu;
         let mut guard = self.state();
         let st = &mut *guard;
-        let t0 = std::time::Instant::now();
+        let t0 = crate::env::Instant::now();
         let scopes = Scopes::push(&gpu.device);
         let compiled_before = stats.pipelines_compiled;
         st.bind_groups.sync(st.pool.dropped);
@@ -48,14 +48,7 @@ impl WgpuBackend {
                 None => {
                     // Compiling can take long; what is held back runs meanwhile.
                     self.flush(st);
-                    let sources: Vec<String> = members.iter().map(|k| codegen::generate(k, &target)).collect();
-                    let wgsl = match &sources[..] {
-                        [one] => one.clone(),
-                        many => {
-                            let spans: Vec<usize> = members.iter().map(|k| k.binding_span()).collect();
-                            codegen::dispatch::generate(many, &spans)
-                        }
-                    };
+                    let wgsl = codegen::dispatch_source(members, &target);
                     let name = members.iter().map(|k| k.name()).collect::<Vec<_>>().join(" | ");
                     // A matmul's indices are in range by construction: every load and store is guarded by the
                     // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
@@ -256,6 +249,9 @@ impl WgpuBackend {
         let held = if batch.realizes == 0 {
             false
         } else if !staged.is_empty()
+            // In the browser nothing would submit a held batch later (no submit thread): every realize goes now,
+            // and the page's WebGPU queues it behind the running work itself.
+            || cfg!(target_arch = "wasm32")
             || job.profile
             || batch.realizes >= batch::MAX_REALIZES
             || st.in_flight.room(depth, batch.realizes)

@@ -112,37 +112,75 @@ fn tensor_cores(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
 }
 
 /// Creates a device on `adapter` with its own limits and the features lazor uses where it offers them.
-fn request(
+async fn request(
     adapter: &wgpu::Adapter,
     info: &wgpu::AdapterInfo,
     limits: &wgpu::Limits,
 ) -> Result<(wgpu::Device, wgpu::Queue)> {
     // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory. A
     // pipeline cache where offered: compiled kernels are kept on disk between processes.
-    // Timestamp queries where offered: `Device::profile` times each kernel on the GPU.
-    let wanted = wgpu::Features::SUBGROUP
-        | wgpu::Features::SHADER_F16
-        | wgpu::Features::PIPELINE_CACHE
-        | wgpu::Features::TIMESTAMP_QUERY;
+    // Timestamp queries where offered: `Device::profile` times each kernel on the GPU, waiting for the times, which
+    // a browser page cannot do.
+    let mut wanted = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::PIPELINE_CACHE;
+    if cfg!(not(target_arch = "wasm32")) {
+        wanted |= wgpu::Features::TIMESTAMP_QUERY;
+    }
     let mut features = adapter.features() & wanted;
     let coop = tensor_cores(adapter, info);
     if coop {
         features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
     }
-    pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        label: Some("lazor"),
-        required_limits: limits.clone(),
-        required_features: features,
-        // SAFETY: the experimental feature is requested only where the adapter offers it, and used by one kernel
-        // (kernels/matmul_coop.wgsl) whose every load and store is in range by construction.
-        experimental_features: if coop {
-            unsafe { wgpu::ExperimentalFeatures::enabled() }
-        } else {
-            wgpu::ExperimentalFeatures::disabled()
-        },
-        ..Default::default()
-    }))
-    .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })
+    adapter
+        .request_device(&wgpu::DeviceDescriptor {
+            label: Some("lazor"),
+            required_limits: limits.clone(),
+            required_features: features,
+            // SAFETY: the experimental feature is requested only where the adapter offers it, and used by one kernel
+            // (kernels/matmul_coop.wgsl) whose every load and store is in range by construction.
+            experimental_features: if coop {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })
+}
+
+/// The adapters of `backends`; GL last, from its own instance: starting it makes EGL print to stderr, and it is the
+/// weakest for compute. In the browser, the one adapter the page's WebGPU offers, if any.
+async fn adapters(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
+    let enumerate = |b: wgpu::Backends| super::keep::instance(b).enumerate_adapters(b);
+    let primary = backends & !wgpu::Backends::GL;
+    let mut adapters = if primary.is_empty() { Vec::new() } else { enumerate(primary).await };
+    if adapters.is_empty() && backends.contains(wgpu::Backends::GL) {
+        adapters = enumerate(wgpu::Backends::GL).await;
+    }
+    adapters
+}
+
+/// What to do when no adapter was found.
+const NO_ADAPTER_HINT: &str = if cfg!(target_arch = "wasm32") {
+    "this browser offers no WebGPU adapter (Chrome and Edge 113 or later have WebGPU; elsewhere it may need turning \
+     on), or use Device::cpu()"
+} else {
+    "on Linux without a GPU install Mesa's software Vulkan driver (mesa-vulkan-drivers), or use Device::cpu()"
+};
+
+/// Waits for `future`: wgpu's futures on native targets are ready at once or need the device polled, which pollster
+/// leaves to wgpu. In the browser nothing may wait; a future that is not ready at once there is a bug in lazor.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    #[cfg(not(target_arch = "wasm32"))]
+    return pollster::block_on(future);
+    #[cfg(target_arch = "wasm32")]
+    {
+        let mut future = std::pin::pin!(future);
+        match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(out) => out,
+            std::task::Poll::Pending => panic!("lazor: internal error: a blocking wait in the browser"),
+        }
+    }
 }
 
 impl Gpu {
@@ -152,17 +190,20 @@ impl Gpu {
     /// # Errors
     /// [`Error::NoAdapter`] when none matches, [`Error::DeviceCreation`] when the adapter refuses a device,
     /// [`Error::Env`] for a bad `LAZOR_BACKEND`.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn open(hardware_only: bool) -> Result<Gpu> {
-        let backends = backends()?;
         // One open at a time per process: see `keep::opening`.
         let _opening = super::keep::opening();
-        // GL last, from its own instance: starting it makes EGL print to stderr, and it is the weakest for compute.
-        let enumerate = |b: wgpu::Backends| pollster::block_on(super::keep::instance(b).enumerate_adapters(b));
-        let primary = backends & !wgpu::Backends::GL;
-        let mut adapters = if primary.is_empty() { Vec::new() } else { enumerate(primary) };
-        if adapters.is_empty() && backends.contains(wgpu::Backends::GL) {
-            adapters = enumerate(wgpu::Backends::GL);
-        }
+        block_on(Gpu::open_async(hardware_only))
+    }
+
+    /// [`Gpu::open`] as a future: what a browser page awaits (natively the lock `open` holds is the caller's).
+    ///
+    /// # Errors
+    /// As [`Gpu::open`].
+    pub async fn open_async(hardware_only: bool) -> Result<Gpu> {
+        let backends = backends()?;
+        let mut adapters = adapters(backends).await;
         let wanted = env::var("LAZOR_ADAPTER");
         let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
         if let Some(w) = &wanted {
@@ -175,8 +216,7 @@ impl Gpu {
         adapters.sort_by_key(|a| rank(a.get_info().device_type));
         let Some(adapter) = adapters.into_iter().next() else {
             return Err(Error::NoAdapter(format!(
-                "backends {backends:?}, LAZOR_ADAPTER={}, {}adapters seen: {names:?}; on Linux without a GPU install \
-                 Mesa's software Vulkan driver (mesa-vulkan-drivers), or use Device::cpu()",
+                "backends {backends:?}, LAZOR_ADAPTER={}, {}adapters seen: {names:?}; {NO_ADAPTER_HINT}",
                 wanted.as_deref().unwrap_or("(unset)"),
                 if hardware_only { "hardware only, " } else { "" }
             )));
@@ -190,7 +230,7 @@ impl Gpu {
         let (device, queue, lost) = match super::keep::take(&info) {
             Some(kept) => kept,
             None => {
-                let (device, queue) = request(&adapter, &info, &limits)?;
+                let (device, queue) = request(&adapter, &info, &limits).await?;
                 let lost = Arc::new(Mutex::new(None));
                 let lost_cb = lost.clone();
                 device.set_device_lost_callback(move |reason, message| {
@@ -329,11 +369,21 @@ impl Drop for Gpu {
 }
 
 /// Error scopes around a block of wgpu calls: out of memory, validation and internal errors become [`Error`].
+///
+/// In the browser a scope's outcome arrives later, through the page's event loop, and the realize cannot wait for
+/// it: there no scope is pushed, and errors reach the device's uncaptured-error handler, which the next call
+/// (a realize, or the await of a read) reports ([`Gpu::check_health`]).
 pub struct Scopes {
     guards: [Option<wgpu::ErrorScopeGuard>; 3],
 }
 
 impl Scopes {
+    #[cfg(target_arch = "wasm32")]
+    pub fn push(_device: &wgpu::Device) -> Scopes {
+        Scopes { guards: [None, None, None] }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn push(device: &wgpu::Device) -> Scopes {
         Scopes {
             guards: [
@@ -347,8 +397,8 @@ impl Scopes {
     /// Pops the scopes (innermost first) and returns the first error, classified.
     pub fn pop(mut self) -> Result<()> {
         let mut first = None;
-        for guard in self.guards.iter_mut().rev() {
-            let err = pollster::block_on(guard.take().expect("scope pushed").pop());
+        for guard in self.guards.iter_mut().rev().filter_map(Option::take) {
+            let err = block_on(guard.pop());
             if first.is_none() {
                 first = err;
             }

@@ -10,7 +10,7 @@
 // with it, so the next owner starts from an empty device.
 
 use crate::error::lock;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// Held while a `Device` is opened (adapters enumerated, a device taken or created): one at a time per process.
 ///
@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// `vkEnumerateDeviceExtensionProperties`, under wgpu's adapter enumeration. Serial runs never crashed (figures:
 /// docs/notes/source-measurements.md, `src/backend/wgpu/keep.rs`). Opening a device is rare and slow anyway, so
 /// serializing it costs programs nothing.
-pub fn opening() -> MutexGuard<'static, ()> {
+#[cfg(not(target_arch = "wasm32"))]
+pub fn opening() -> std::sync::MutexGuard<'static, ()> {
     static OPENING: Mutex<()> = Mutex::new(());
     lock(&OPENING)
 }

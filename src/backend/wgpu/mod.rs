@@ -49,7 +49,9 @@ pub const MAX_BINDINGS: usize = 64;
 /// and that thread.
 pub(crate) struct WgpuBackend {
     shared: Arc<Shared>,
-    /// The submit thread, joined on drop so everything the device holds is let go before the drop returns.
+    /// The submit thread, joined on drop so everything the device holds is let go before the drop returns. None
+    /// in the browser, which has no threads to spare: there every realize is submitted when it is made.
+    #[cfg(not(target_arch = "wasm32"))]
     submitter: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -65,6 +67,7 @@ pub(crate) struct Shared {
     /// Submits the submit thread keeps in flight (`LAZOR_QUEUE_DEPTH`, `Device::wgpu()?.set_queue_depth`).
     depth: AtomicUsize,
     /// Set when the backend is dropped: the submit thread ends.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     closed: AtomicBool,
     /// Last, so it is dropped after the buffers and pipelines in `state`: its device is kept for reuse.
     pub gpu: Gpu,
@@ -97,8 +100,22 @@ impl WgpuBackend {
     ///
     /// # Errors
     /// As [`Gpu::open`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn open(hardware_only: bool) -> Result<WgpuBackend> {
-        let gpu = Gpu::open(hardware_only)?;
+        WgpuBackend::on(Gpu::open(hardware_only)?)
+    }
+
+    /// [`WgpuBackend::open`] as a future, for the browser.
+    ///
+    /// # Errors
+    /// As [`Gpu::open`].
+    #[cfg(target_arch = "wasm32")]
+    pub async fn open_async(hardware_only: bool) -> Result<WgpuBackend> {
+        WgpuBackend::on(Gpu::open_async(hardware_only).await?)
+    }
+
+    /// The backend on an open device.
+    fn on(gpu: Gpu) -> Result<WgpuBackend> {
         let subgroups = AtomicBool::new(gpu.subgroups && !crate::env::no_subgroups());
         let f16 = AtomicBool::new(gpu.f16 && !crate::env::no_f16());
         let coop = AtomicBool::new(gpu.coop && !crate::env::no_coop());
@@ -118,6 +135,12 @@ impl WgpuBackend {
         };
         let closed = AtomicBool::new(false);
         let shared = Arc::new(Shared { gpu, state: Mutex::new(state), subgroups, f16, coop, depth, closed });
+        WgpuBackend::with_submitter(shared)
+    }
+
+    /// The backend, its submit thread started.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn with_submitter(shared: Arc<Shared>) -> Result<WgpuBackend> {
         let for_thread = shared.clone();
         let submitter = std::thread::Builder::new()
             .name("lazor-submit".into())
@@ -127,6 +150,12 @@ impl WgpuBackend {
                 message: format!("starting the submit thread: {e}"),
             })?;
         Ok(WgpuBackend { shared, submitter: Some(submitter) })
+    }
+
+    /// The backend; in the browser without a submit thread.
+    #[cfg(target_arch = "wasm32")]
+    fn with_submitter(shared: Arc<Shared>) -> Result<WgpuBackend> {
+        Ok(WgpuBackend { shared })
     }
 
     /// What codegen may use on this device now.
@@ -181,12 +210,14 @@ impl Shared {
 impl WgpuBackend {
     /// Wakes the submit thread: something was held back, or the depth changed.
     fn wake(&self) {
+        #[cfg(not(target_arch = "wasm32"))]
         if let Some(t) = &self.submitter {
             t.thread().unpark();
         }
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl Drop for WgpuBackend {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::Release);
@@ -200,12 +231,14 @@ impl Drop for WgpuBackend {
 }
 
 /// How long the submit thread sleeps between polls while a submit it waits for runs.
+#[cfg(not(target_arch = "wasm32"))]
 const POLL_PAUSE: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// The submit thread: woken when a realize is held back, it polls until the oldest submit in flight finishes and
 /// submits the held-back realizes once the queue has room, so they never wait for the program's next call. (A
 /// batch that grows large enough to queue behind the running submit is submitted by the realize that makes it so.)
 /// It holds `sh` until it ends: the backend's drop sets `closed` and joins it before letting go of its own.
+#[cfg(not(target_arch = "wasm32"))]
 fn submit_thread(sh: &Shared) {
     loop {
         std::thread::park();
@@ -307,6 +340,22 @@ impl Backend for WgpuBackend {
 
     fn read_ready(&self, id: ReadId) -> bool {
         self.state().reads.get(id).is_none_or(|p| p.ready())
+    }
+
+    fn wake_when_read(&self, id: ReadId, waker: &std::task::Waker) {
+        match self.state().reads.get(id) {
+            // In the browser the map callback wakes the task; natively the future polls the device again.
+            Some(p) if cfg!(target_arch = "wasm32") => p.wake_when_ready(waker),
+            _ => waker.wake_by_ref(),
+        }
+    }
+
+    fn when_idle(&self) -> Option<crate::backend::signal::Signal<()>> {
+        self.flush_all();
+        let idle = crate::backend::signal::Signal::default();
+        let set = idle.clone();
+        self.gpu.queue.on_submitted_work_done(move || set.set(()));
+        Some(idle)
     }
 
     fn read_with(&self, id: ReadId, f: &mut dyn FnMut(&[u32])) -> Result<()> {

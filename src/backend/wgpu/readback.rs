@@ -2,16 +2,18 @@
 //! to the pool.
 
 use super::WgpuBackend;
+use crate::backend::signal::Signal;
 use crate::backend::ReadId;
-use crate::error::lock;
 use crate::error::{Error, Result};
-use std::sync::{Arc, Mutex};
+use std::task::Waker;
 
 /// How long a read waits, after the GPU is idle, for a map callback another thread's poll collected.
+#[cfg(not(target_arch = "wasm32"))]
 const CALLBACK_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// One map request's outcome, filled in by wgpu's callback.
-type Slot = Arc<Mutex<Option<Result<(), String>>>>;
+/// One map request's outcome, set by wgpu's callback: in the browser the callback runs from the page's event loop,
+/// and a future awaiting the read sleeps until it does.
+type Slot = Signal<Result<(), String>>;
 
 /// A staging buffer being mapped for reading.
 pub(super) struct PendingRead {
@@ -23,17 +25,20 @@ pub(super) struct PendingRead {
 impl PendingRead {
     /// Starts mapping `buffer` (whose copy was submitted already).
     pub fn start(buffer: wgpu::Buffer, bytes: u64) -> PendingRead {
-        let mapped: Slot = Arc::new(Mutex::new(None));
+        let mapped = Slot::default();
         let done = mapped.clone();
-        buffer.map_async(wgpu::MapMode::Read, 0..bytes, move |r| {
-            *lock(&done) = Some(r.map_err(|e| e.to_string()));
-        });
+        buffer.map_async(wgpu::MapMode::Read, 0..bytes, move |r| done.set(r.map_err(|e| e.to_string())));
         PendingRead { buffer, bytes, mapped }
     }
 
     /// Whether the map callback has run.
     pub fn ready(&self) -> bool {
-        lock(&self.mapped).is_some()
+        self.mapped.is_set()
+    }
+
+    /// Wakes `waker` when the map callback has run (at once if it has).
+    pub fn wake_when_ready(&self, waker: &Waker) {
+        self.mapped.wake_when_set(waker);
     }
 }
 
@@ -42,6 +47,12 @@ impl WgpuBackend {
     /// The backend's lock is not held while `f` runs.
     pub(super) fn finish_read(&self, id: ReadId, f: &mut dyn FnMut(&[u32])) -> Result<()> {
         let pending = self.state().reads.remove(id).ok_or_else(|| Error::ReadBack("unknown read".into()))?;
+        #[cfg(target_arch = "wasm32")]
+        if !pending.ready() {
+            // The map callback runs from the page's event loop, which a wait here would block.
+            return Err(Error::WouldBlock { op: "a blocking read", twin: "to_vec_async()" });
+        }
+        #[cfg(not(target_arch = "wasm32"))]
         if !pending.ready() {
             self.gpu.wait()?;
             // Another thread's poll (the submit thread's, or a user thread's) may have collected this map's
@@ -53,7 +64,7 @@ impl WgpuBackend {
                 std::thread::yield_now();
             }
         }
-        let status = lock(&pending.mapped).take().unwrap_or_else(|| Err("map callback never ran".into()));
+        let status = pending.mapped.take().unwrap_or_else(|| Err("map callback never ran".into()));
         status.map_err(Error::ReadBack)?;
         {
             let view = pending.buffer.get_mapped_range(0..pending.bytes).map_err(|e| Error::ReadBack(e.to_string()))?;

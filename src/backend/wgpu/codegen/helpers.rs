@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 /// Helper functions by name. They pin down IEEE behaviour and Rust's conversion rules that WGSL leaves open.
 pub(super) fn helper_source(h: Helper) -> &'static str {
     match h {
+        Helper::Bits => "fn lz_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
         // Bit test: `x != x` may be folded away by compilers that assume no NaNs.
         Helper::IsNan => "fn lz_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }\n",
         Helper::Max => {
@@ -22,7 +23,7 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
             "fn lz_pow(x: f32, y: f32) -> f32 {
     if (y == 0.0 || x == 1.0) { return 1.0; }
     if (lz_isnan(x) || lz_isnan(y)) { return x + y; }
-    let big = bitcast<f32>(0x7f800000u);
+    let big = lz_bits(0x7f800000u);
     let ax = abs(x);
     let ay = abs(y);
     let integer = ay >= 16777216.0 || fract(ay) == 0.0;
@@ -42,7 +43,7 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
     }
     if ((bitcast<u32>(x) & 0x80000000u) != 0u) {
         if (odd) { return -m; }
-        if (!integer && ax != 0.0 && ax != big) { return bitcast<f32>(0x7fc00000u); }
+        if (!integer && ax != 0.0 && ax != big) { return lz_bits(0x7fc00000u); }
     }
     return m;
 }
@@ -57,7 +58,7 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
             "fn lz_log1p(x: f32) -> f32 {
     let bits = bitcast<u32>(x);
     if (lz_isnan(x) || bits == 0x7f800000u || abs(x) < 5.9604645e-8) { return x; }
-    if (x <= -1.0) { return select(bitcast<f32>(0x7fc00000u), bitcast<f32>(0xff800000u), x == -1.0); }
+    if (x <= -1.0) { return select(lz_bits(0x7fc00000u), lz_bits(0xff800000u), x == -1.0); }
     let iu = bitcast<u32>(1.0 + x) + 0x004afb0du;
     let k = i32(iu >> 23u) - 127;
     var f = bitcast<f32>((iu & 0x007fffffu) + 0x3f3504f3u) - 1.0;
@@ -81,7 +82,7 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
         Helper::Expm1 => {
             "fn lz_expm1(x: f32) -> f32 {
     if (lz_isnan(x) || abs(x) < 2.9802322e-8) { return x; }
-    if (x > 88.72284) { return bitcast<f32>(0x7f800000u); }
+    if (x > 88.72284) { return lz_bits(0x7f800000u); }
     if (x < -17.5) { return -1.0; }
     let n = round(x * 1.442695);
     let r = (x - n * 0.69314575) - n * 1.4286068e-6;
@@ -289,6 +290,7 @@ fn erf_source() -> &'static str {
 /// A helper's name, parameter types and result type, for its componentwise vec4 form.
 pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static str], &'static str) {
     match h {
+        Helper::Bits => ("lz_bits", &["u32"], "f32"),
         Helper::IsNan => ("lz_isnan", &["f32"], "bool"),
         Helper::Max => ("lz_max", &["f32", "f32"], "f32"),
         Helper::Min => ("lz_min", &["f32", "f32"], "f32"),
@@ -314,14 +316,8 @@ pub(super) fn helper_signature(h: Helper) -> (&'static str, &'static [&'static s
 /// The helpers a helper calls.
 pub(super) fn helper_needs(h: Helper) -> &'static [Helper] {
     match h {
-        Helper::Max
-        | Helper::Min
-        | Helper::Pow
-        | Helper::Log1p
-        | Helper::Expm1
-        | Helper::Erf
-        | Helper::F2I
-        | Helper::F2U => &[Helper::IsNan],
+        Helper::Pow | Helper::Log1p | Helper::Expm1 => &[Helper::Bits, Helper::IsNan],
+        Helper::Max | Helper::Min | Helper::Erf | Helper::F2I | Helper::F2U => &[Helper::IsNan],
         Helper::Rand | Helper::RandX4 | Helper::Randn => &[Helper::Philox],
         Helper::RandnX4 => &[Helper::Randn],
         _ => &[],

@@ -126,6 +126,10 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.out.push_str(&THIN_SKELETON.replace("/*STORES*/", &puts));
     } else {
         let skeleton = matmul_tri::specialise(SKELETON, mm.tri);
+        if mm.tri != crate::op::Tri::Full {
+            // The triangle's fill (-inf for a causal mask) is a run-time constant.
+            e.b.need(&[crate::op::Helper::Bits]);
+        }
         e.out.push_str(&skeleton.replace("/*STORES*/", &stores(mm.tile, store4, mm.tri.codes().0 != 0)));
     }
     let Emitter { b, out, .. } = e;

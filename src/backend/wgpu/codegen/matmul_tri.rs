@@ -25,7 +25,7 @@ fn keep4_a(gr: u32, gk: u32, v: vec4<f32>) -> vec4<f32> {
 // An output's value, fill() outside the triangle TRI_OUT keeps (the stores pass every value through these): 0, or
 // -inf for 3 (the lower triangle of a causal mask's scores).
 fn fill() -> f32 {
-    if (TRI_OUT == 3u) { return bitcast<f32>(0xff800000u); }
+    if (TRI_OUT == 3u) { return lz_bits(0xff800000u); }
     return 0.0;
 }
 fn keep(r: u32, c: u32, x: f32) -> f32 {

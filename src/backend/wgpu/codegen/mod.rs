@@ -129,6 +129,17 @@ impl Builder {
         template.replace("{a}", a).replace("{b}", b).replace("{ty}", ty).replace("{v}", v)
     }
 
+    /// The constant of bit pattern `bits` as a scalar of WGSL type `ty`: through [`Helper::Bits`] where it is a
+    /// non-finite f32 (see there why), else a plain `bitcast`.
+    pub fn lane_const(&mut self, ty: &str, bits: u32) -> String {
+        if ty == "f32" && !f32::from_bits(bits).is_finite() {
+            self.need(&[Helper::Bits]);
+            format!("lz_bits({bits}u)")
+        } else {
+            format!("bitcast<{ty}>({bits}u)")
+        }
+    }
+
     /// A helper's name at the current width.
     pub fn helper(&mut self, h: Helper) -> String {
         self.need(&[h]);
@@ -264,6 +275,19 @@ pub fn generate(kernel: &Kernel, target: &Target) -> String {
         Kind::Reduce(_) => reduce::generate(kernel, target),
         Kind::Rows { .. } => rows::generate(kernel, target),
         Kind::Matmul(_) => matmul::generate(kernel, target),
+    }
+}
+
+/// The WGSL of one dispatch: its kernel's own source, or the members of a grouped dispatch (`Kernel::joins`)
+/// joined into one shader.
+pub fn dispatch_source(members: &[Kernel], target: &Target) -> String {
+    let sources: Vec<String> = members.iter().map(|k| generate(k, target)).collect();
+    match &sources[..] {
+        [one] => one.clone(),
+        many => {
+            let spans: Vec<usize> = members.iter().map(|k| k.binding_span()).collect();
+            dispatch::generate(many, &spans)
+        }
     }
 }
 

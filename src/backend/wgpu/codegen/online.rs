@@ -33,8 +33,9 @@ pub(super) fn logsumexp(
     e.hoisted(body.clone(), depth, |e| {
         let d = depth + 1;
         let ty = e.b.ty(DType::F32);
+        let minus_inf = e.b.lane_const("f32", f32::NEG_INFINITY.to_bits());
         for u in 0..UNROLL {
-            e.line(d, &format!("var om{u} = {ty}(bitcast<f32>(0xff800000u));"));
+            e.line(d, &format!("var om{u} = {ty}({minus_inf});"));
             e.line(d, &format!("var os{u} = {ty}(0.0);"));
             // The running maximum clamped, kept so that each element clamps once.
             e.line(d, &format!("var oc{u} = {ty}(bitcast<f32>(0xff7fffffu));"));

@@ -232,7 +232,7 @@ fn accumulate_all(
     for (fold, name) in folds.iter().zip(&names) {
         // Accumulates in the value's lanes: f16 and bf16 values in f32, rounded only when the fold is read.
         let dt = e.k.types[fold.value].lanes();
-        let identity = format!("bitcast<{}>({}u)", lane_type(dt, 1), fold.op.identity_lane(dt));
+        let identity = e.b.lane_const(lane_type(dt, 1), fold.op.identity_lane(dt));
         // Wide: each step folds 4 adjacent elements as one vector (the range counts vectors); the lanes meet after.
         let init = if e.wide { format!("{}({identity})", lane_type(dt, 4)) } else { identity };
         for u in 0..f.unroll {
@@ -354,7 +354,8 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
                     depth,
                     &format!("let {name}_nan = subgroupAny((bitcast<u32>({v}) & 0x7fffffffu) > 0x7f800000u);"),
                 );
-                e.line(depth, &format!("let {name} = select({sg}({v}), bitcast<f32>(0x7fc00000u), {name}_nan);"));
+                let nan = e.b.lane_const("f32", 0x7fc0_0000);
+                e.line(depth, &format!("let {name} = select({sg}({v}), {nan}, {name}_nan);"));
             } else {
                 e.line(depth, &format!("let {name} = {sg}({v});"));
             }
@@ -373,7 +374,7 @@ pub(super) fn tree(e: &mut Emitter, op: ReduceOp, dt: DType, depth: usize, half:
         e.line(depth + 1, "let base = (lid.x - lane_t) / lanes;");
         e.line(depth + 1, "if (team <= lanes * lanes) {");
         // Lanes past the team's subgroups contribute the fold's identity.
-        let identity = format!("bitcast<{ty}>({}u)", op.identity_lane(dt));
+        let identity = e.b.lane_const(ty, op.identity_lane(dt));
         e.line(
             depth + 2,
             &format!(

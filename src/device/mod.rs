@@ -1,6 +1,9 @@
 //! `Device`: a handle to one backend with its own graph and counters.
 
+mod open_async;
+
 use crate::backend::cpu::CpuBackend;
+#[cfg(not(target_arch = "wasm32"))]
 use crate::backend::wgpu::WgpuBackend;
 use crate::backend::wgpu::WgpuDevice;
 use crate::backend::Backends;
@@ -9,7 +12,7 @@ use crate::graph::{Graph, NodeId};
 use crate::profile::{Profile, Stats};
 use crate::realize::{Engine, EngineState};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, MutexGuard, OnceLock};
 
 /// A device (today a wgpu adapter) and everything lazor keeps for it: its graph, buffers, pipelines and counters.
 /// Cheap to clone (a handle); `Send` and `Sync`.
@@ -28,7 +31,8 @@ pub struct Device {
     pub(crate) inner: Arc<Engine>,
 }
 
-static DEFAULT: OnceLock<Device> = OnceLock::new();
+/// The process-wide device ([`Device::default`], [`Device::default_async`]).
+pub(crate) static DEFAULT: OnceLock<Device> = OnceLock::new();
 
 impl Device {
     /// Opens an independent wgpu device on the best adapter: a discrete GPU before an integrated one before a
@@ -39,8 +43,12 @@ impl Device {
     ///
     /// # Errors
     /// [`Error::NoAdapter`] when no adapter matches, [`Error::DeviceCreation`] when the adapter refuses,
-    /// [`Error::Env`] for a bad `LAZOR_BACKEND`.
+    /// [`Error::Env`] for a bad `LAZOR_BACKEND`; in the browser (wasm32), always [`Error::WouldBlock`]: await
+    /// [`Device::new_async`] there.
     pub fn new() -> Result<Device> {
+        #[cfg(target_arch = "wasm32")]
+        return Err(Error::WouldBlock { op: "Device::new()", twin: "Device::new_async()" });
+        #[cfg(not(target_arch = "wasm32"))]
         Ok(Device::with_backend(Backends::wgpu_backend(WgpuBackend::open(false)?)))
     }
 
@@ -72,7 +80,7 @@ impl Device {
         crate::schedule::split_k::split_k(&self.inner.backend.matmul_tiles(), mkn, contiguous)
     }
 
-    fn with_backend(backend: Backends) -> Device {
+    pub(crate) fn with_backend(backend: Backends) -> Device {
         let dev = Device { inner: Arc::new(Engine::new(backend)) };
         if crate::env::profile() {
             dev.profile_until_exit();
@@ -85,28 +93,35 @@ impl Device {
     /// picks a wgpu adapter of that backend, software rasterizers included.
     ///
     /// # Panics
-    /// If no device can be opened (the message says why); use [`Device::new`] to handle that as an error.
+    /// If no device can be opened (the message says why); use [`Device::new`] to handle that as an error. In the
+    /// browser (wasm32), unless [`Device::default_async`] has resolved before: opening WebGPU cannot block there.
     #[allow(clippy::should_implement_trait)]
     #[track_caller]
     pub fn default() -> Device {
         if let Some(d) = DEFAULT.get() {
             return d.clone();
         }
-        // One thread opens it; the others wait rather than open devices of their own to throw away.
-        static OPENING: Mutex<()> = Mutex::new(());
-        let _opening = OPENING.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(d) = DEFAULT.get() {
-            return d.clone();
+        #[cfg(target_arch = "wasm32")]
+        panic!("{}", Error::WouldBlock { op: "Device::default()", twin: "Device::default_async()" });
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            // One thread opens it; the others wait rather than open devices of their own to throw away.
+            static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _opening = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(d) = DEFAULT.get() {
+                return d.clone();
+            }
+            let dev = match Device::open_default() {
+                Ok(d) => d,
+                Err(e) => panic!("{e}"),
+            };
+            DEFAULT.get_or_init(|| dev).clone()
         }
-        let dev = match Device::open_default() {
-            Ok(d) => d,
-            Err(e) => panic!("{e}"),
-        };
-        DEFAULT.get_or_init(|| dev).clone()
     }
 
     /// The default device's choice: `LAZOR_BACKEND=cpu` the CPU; another `LAZOR_BACKEND` that wgpu backend, any
     /// adapter; unset, a hardware GPU when there is one and otherwise the CPU, not a software rasterizer.
+    #[cfg(not(target_arch = "wasm32"))]
     fn open_default() -> Result<Device> {
         match crate::env::var("LAZOR_BACKEND").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
             Some("cpu") => Ok(Device::cpu()),
@@ -253,8 +268,10 @@ impl Device {
     /// Waits until all work submitted to this device has finished.
     ///
     /// # Errors
-    /// [`Error::DeviceLost`] if the device was lost.
+    /// [`Error::DeviceLost`] if the device was lost; in the browser (wasm32) on a WebGPU device,
+    /// [`Error::WouldBlock`]: await [`Device::synchronize_async`] there.
     pub fn synchronize(&self) -> Result<()> {
+        self.check_blocking("synchronize()", "synchronize_async()")?;
         self.inner.backend.synchronize().map_err(|e| e.on_device(&self.name()))
     }
 
@@ -386,16 +403,22 @@ impl Device {
 
 /// Printing `LAZOR_PROFILE`'s tables when the process exits, for every device still alive.
 mod at_exit {
+    #[cfg(not(target_arch = "wasm32"))]
     use crate::device::Device;
     use crate::realize::Engine;
-    use std::sync::{Mutex, Once, Weak};
+    use std::sync::{Mutex, Weak};
 
     pub static DEVICES: Mutex<Vec<Weak<Engine>>> = Mutex::new(Vec::new());
 
+    #[cfg(not(target_arch = "wasm32"))]
+    use std::sync::Once;
+
+    #[cfg(not(target_arch = "wasm32"))]
     extern "C" {
         fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     extern "C" fn print() {
         let devices = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         for inner in devices.iter().filter_map(Weak::upgrade) {
@@ -405,6 +428,11 @@ mod at_exit {
         }
     }
 
+    /// Nothing in the browser: a page does not exit, and has no C library.
+    #[cfg(target_arch = "wasm32")]
+    pub fn register() {}
+
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn register() {
         static ONCE: Once = Once::new();
         // SAFETY: `atexit` is the C library's; `print` takes no arguments and does not unwind (it only formats).
