@@ -74,7 +74,7 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Kernel, NodeId> {
     // value's. The slice is read at a coordinate computed at run time: a gather, from a buffer.
     let src = super::fuse::gathered(graph, value);
     if !fusion.is_buffer(graph, src) {
-        return Err(value);
+        return Err(src);
     }
     let k = kernel(Kind::Elementwise, &shape, shape.numel());
     let mut l = Lowerer::new(graph, fusion, &[], k, slot);
