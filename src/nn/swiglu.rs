@@ -1,27 +1,11 @@
 //! `SwiGlu`: the gated MLP of Llama-style blocks, `down(silu(gate(x)) * up(x))`.
 
+use super::functional::swiglu;
 use super::linear::Linear;
 use super::module::{prefixed, Module};
 use crate::autograd::Var;
 use crate::device::Device;
 use crate::tensor::Tensor;
-
-/// `silu(gate) * up`, the gating of SwiGLU (Shazeer, "GLU Variants Improve Transformer"), elementwise: one kernel
-/// with the products' epilogue it fuses into.
-///
-/// # Panics
-/// If the shapes do not broadcast or the types have no common type.
-///
-/// # Examples
-/// ```no_run
-/// use lazor::{nn::functional::swiglu, Tensor};
-/// let y = swiglu(&Tensor::zeros([2]), &Tensor::ones([2]));
-/// assert_eq!(y.to_vec(), vec![0.0, 0.0]);
-/// ```
-#[track_caller]
-pub fn swiglu(gate: &Tensor, up: &Tensor) -> Tensor {
-    gate.silu() * up
-}
 
 /// The MLP of a Llama-style block, as Hugging Face's `LlamaMLP`: `down_proj(silu(gate_proj(x)) * up_proj(x))`,
 /// three [`Linear`] layers without biases (`[hidden, dim]`, `[hidden, dim]`, `[dim, hidden]`), initialised as
