@@ -404,6 +404,10 @@ def run_step(s, vals, dev):
         return arg("x").reshape(-1)
     if op == "contiguous":
         return arg("x").contiguous()
+    if op == "write_at":
+        x, v = arg("x").clone(), arg("v")
+        x.narrow(s["dim"], s["start"], v.shape[s["dim"]]).copy_(v)
+        return x
     if op in ("cat", "stack"):
         parts = [cast(vals[i][0], vals[i][1], out) for i in s["xs"]]
         return torch.cat(parts, s["dim"]) if op == "cat" else torch.stack(parts, s["dim"])

@@ -39,6 +39,13 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// A fresh directory `name` holding `weights` and `config`.
+fn scratch_with(name: &str, weights: &Weights, config: &str) -> PathBuf {
+    let dir = scratch(name);
+    save(&dir, weights, config);
+    dir
+}
+
 /// Writes `weights` as `dir/model.safetensors` and `config` as `dir/config.json`.
 fn save(dir: &Path, weights: &Weights, config: &str) {
     let cpu = Device::cpu();
@@ -321,9 +328,8 @@ fn check_model(what: &str, model: &dyn CausalLm, host: &dyn Fn(&[i32]) -> Vec<Ve
 
 #[test]
 fn gpt2_decodes_the_same_with_and_without_the_cache_one_realize_per_token() {
-    let dir = scratch("hf_gpt2");
     let (w, config) = gpt2_weights(1);
-    save(&dir, &w, &config);
+    let dir = scratch_with("hf_gpt2", &w, &config);
     for dev in devices() {
         let model = gpt2::Gpt2::load(&dir, None, &dev).unwrap();
         assert_eq!(model.dtype, DType::F32);
@@ -337,9 +343,8 @@ fn gpt2_decodes_the_same_with_and_without_the_cache_one_realize_per_token() {
 
 #[test]
 fn llama_in_hugging_face_naming_decodes_the_same_with_and_without_the_cache() {
-    let dir = scratch("hf_llama");
     let (w, config) = llama_weights(2);
-    save(&dir, &w, &config);
+    let dir = scratch_with("hf_llama", &w, &config);
     for dev in devices() {
         let model = llama::Llama::load(&dir, None, &dev).unwrap();
         let kernels = check_model("Llama", &model, &|ids| llama_host(&w, ids), &dev);
@@ -353,9 +358,8 @@ fn llama_in_hugging_face_naming_decodes_the_same_with_and_without_the_cache() {
 
 #[test]
 fn half_models_stay_close_to_f32() {
-    let dir = scratch("hf_gpt2_half");
     let (w, config) = gpt2_weights(3);
-    save(&dir, &w, &config);
+    let dir = scratch_with("hf_gpt2_half", &w, &config);
     for dev in devices() {
         let full = gpt2::Gpt2::load(&dir, None, &dev).unwrap();
         let ids = Tensor::from_vec_on(prompts().concat(), [2, 5], &dev);
@@ -379,9 +383,8 @@ fn half_models_stay_close_to_f32() {
 
 #[test]
 fn sampling_draws_from_the_top_k_and_repeats_with_its_seed() {
-    let dir = scratch("hf_gpt2_sampling");
     let (w, config) = gpt2_weights(4);
-    save(&dir, &w, &config);
+    let dir = scratch_with("hf_gpt2_sampling", &w, &config);
     let dev = Device::cpu();
     let model = gpt2::Gpt2::load(&dir, None, &dev).unwrap();
     let sampled = |seed: u64, top_k: usize| {
@@ -409,9 +412,8 @@ fn sampling_draws_from_the_top_k_and_repeats_with_its_seed() {
 
 #[test]
 fn the_parity_check_passes_on_a_faithful_file_and_fails_on_a_wrong_one() {
-    let dir = scratch("hf_gpt2_parity");
     let (w, config) = gpt2_weights(5);
-    save(&dir, &w, &config);
+    let dir = scratch_with("hf_gpt2_parity", &w, &config);
     let dev = Device::cpu();
     let model = gpt2::Gpt2::load(&dir, None, &dev).unwrap();
     // What the script would write, from the host's forward pass.
@@ -449,9 +451,7 @@ fn a_bad_or_mismatched_checkpoint_is_an_error_naming_the_tensor() {
     let dev = Device::cpu();
     let (w, config) = gpt2_weights(6);
     let attempt = |name: &str, w: &Weights, config: &str| -> String {
-        let dir = scratch(name);
-        save(&dir, w, config);
-        match gpt2::Gpt2::load(&dir, None, &dev) {
+        match gpt2::Gpt2::load(&scratch_with(name, w, config), None, &dev) {
             Ok(_) => String::from("loaded"),
             Err(e) => e,
         }
@@ -473,11 +473,14 @@ fn a_bad_or_mismatched_checkpoint_is_an_error_naming_the_tensor() {
     old.insert("lm_head.weight".into(), w["transformer.wte.weight"].clone());
     assert_eq!(attempt("hf_old", &old, &config), "loaded");
     assert!(attempt("hf_no_key", &w, r#"{"n_embd": 16}"#).contains("no `n_head`"));
+    let model = gpt2::Gpt2::load(&scratch_with("hf_ids", &w, &config), None, &dev).unwrap();
+    let opts = Options { max_new: 2, sampling: Sampling::GREEDY, cache: true, keep_logits: false };
+    let e = generate(&model, &[vec![1, 40, 2]], &opts, &mut |_| {}).err().unwrap();
+    assert!(e.contains("token id 40 is outside the model's vocabulary of 40"), "{e}");
     assert!(attempt("hf_bad_json", &w, "{").contains("not valid JSON"));
     let act = config.replace("gelu_new", "swish");
     assert!(attempt("hf_act", &w, &act).contains("activation_function `swish`"));
-    let dir = scratch("hf_corrupt");
-    save(&dir, &w, &config);
+    let dir = scratch_with("hf_corrupt", &w, &config);
     std::fs::write(dir.join("model.safetensors"), b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}").unwrap();
     assert!(gpt2::Gpt2::load(&dir, None, &dev).err().unwrap().contains("not a valid safetensors file"));
     let dir = scratch("hf_empty");

@@ -6,6 +6,19 @@ use lazor::nn::KvCache;
 use lazor::{DType, Device, Stats, Tensor};
 use std::time::{Duration, Instant};
 
+/// What generation needs to know of a model's shape.
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    pub layers: usize,
+    /// Heads of keys and values (fewer than the query heads under grouped-query attention).
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// The most positions the model takes.
+    pub positions: usize,
+    /// Token ids the model knows: `0..vocab`.
+    pub vocab: usize,
+}
+
 /// A decoder-only model as generation drives it.
 pub trait CausalLm {
     /// Logits `[batch, t, vocab]` of the token ids `ids` (`I32 [batch, t]`) at positions `start..start + t`: with
@@ -13,11 +26,18 @@ pub trait CausalLm {
     /// `ids` is the whole sequence (`start` 0) under causal attention. `last_only` keeps the last position's
     /// logits alone (`[batch, 1, vocab]`), which is all generation needs.
     fn forward(&self, ids: &Tensor, start: usize, caches: Option<&[KvCache]>, last_only: bool) -> Tensor;
-    /// An empty cache per layer for `batch` sequences of up to `max_len` positions, in the model's dtype.
-    fn caches(&self, batch: usize, max_len: usize) -> Vec<KvCache>;
-    /// The most positions the model takes.
-    fn max_positions(&self) -> usize;
+    fn dims(&self) -> Dims;
+    /// The type of the parameters, activations and caches.
+    fn dtype(&self) -> DType;
     fn device(&self) -> &Device;
+
+    /// An empty cache per layer for `batch` sequences of up to `max_len` positions, in the model's dtype.
+    fn caches(&self, batch: usize, max_len: usize) -> Vec<KvCache> {
+        let d = self.dims();
+        (0..d.layers)
+            .map(|_| KvCache::new_on(batch, d.kv_heads, max_len, d.head_dim, self.dtype(), self.device()))
+            .collect()
+    }
 }
 
 /// How the next token is chosen: the most likely (`temperature` 0), or drawn from the `top_k` most likely (0: all)
@@ -119,6 +139,14 @@ fn sample(logits: &[f32], s: &Sampling, rng: &mut Rng) -> i32 {
     order[k - 1] as i32
 }
 
+/// An error naming the first token id of `prompts` outside the model's vocabulary.
+pub fn check_ids(model: &dyn CausalLm, prompts: &[Vec<i32>]) -> Result<(), String> {
+    match prompts.iter().flatten().find(|&&id| id < 0 || id as usize >= model.dims().vocab) {
+        Some(bad) => Err(format!("token id {bad} is outside the model's vocabulary of {}", model.dims().vocab)),
+        None => Ok(()),
+    }
+}
+
 /// Generates `opts.max_new` tokens after each prompt of `prompts` (one sequence each, all of one length), calling
 /// `on_step` with each step's tokens as they come.
 pub fn generate(
@@ -131,12 +159,13 @@ pub fn generate(
     if b == 0 || t0 == 0 || prompts.iter().any(|p| p.len() != t0) {
         return Err("the prompts must be non-empty and of one length".into());
     }
+    check_ids(model, prompts)?;
     let max_len = t0 + opts.max_new;
-    if max_len > model.max_positions() {
+    if max_len > model.dims().positions {
         return Err(format!(
             "{t0} prompt tokens and {} new exceed the model's {} positions",
             opts.max_new,
-            model.max_positions()
+            model.dims().positions
         ));
     }
     let dev = model.device().clone();

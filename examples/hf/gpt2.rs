@@ -7,7 +7,7 @@
 //! are stored `[in, out]`: each is copied once, on load, into the `[out, in]` layout of `nn::Linear`.
 
 use super::checkpoint::{Checkpoint, Error};
-use super::generate::CausalLm;
+use super::generate::{CausalLm, Dims};
 use lazor::nn::{self, functional as F, KvCache, Module};
 use lazor::{DType, Device, Tensor};
 use std::path::Path;
@@ -180,13 +180,19 @@ impl CausalLm for Gpt2 {
         self.head.forward(&self.ln_f.forward(&x))
     }
 
-    fn caches(&self, batch: usize, max_len: usize) -> Vec<KvCache> {
-        let (heads, hd) = (self.config.heads, self.config.width / self.config.heads);
-        (0..self.config.layers).map(|_| KvCache::new_on(batch, heads, max_len, hd, self.dtype, &self.device)).collect()
+    fn dims(&self) -> Dims {
+        let c = &self.config;
+        Dims {
+            layers: c.layers,
+            kv_heads: c.heads,
+            head_dim: c.width / c.heads,
+            positions: c.positions,
+            vocab: c.vocab,
+        }
     }
 
-    fn max_positions(&self) -> usize {
-        self.config.positions
+    fn dtype(&self) -> DType {
+        self.dtype
     }
 
     fn device(&self) -> &Device {

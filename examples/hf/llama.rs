@@ -7,7 +7,7 @@
 //! embedding is tied (`tie_word_embeddings`).
 
 use super::checkpoint::{Checkpoint, Error};
-use super::generate::CausalLm;
+use super::generate::{CausalLm, Dims};
 use lazor::nn::{self, functional as F, KvCache, Module, Rotary};
 use lazor::{DType, Device, Tensor};
 use std::path::Path;
@@ -173,15 +173,13 @@ impl CausalLm for Llama {
         self.lm_head.forward(&self.norm.forward(&x))
     }
 
-    fn caches(&self, batch: usize, max_len: usize) -> Vec<KvCache> {
+    fn dims(&self) -> Dims {
         let c = &self.config;
-        (0..c.layers)
-            .map(|_| KvCache::new_on(batch, c.kv_heads, max_len, c.head_dim, self.dtype, &self.device))
-            .collect()
+        Dims { layers: c.layers, kv_heads: c.kv_heads, head_dim: c.head_dim, positions: c.positions, vocab: c.vocab }
     }
 
-    fn max_positions(&self) -> usize {
-        self.config.positions
+    fn dtype(&self) -> DType {
+        self.dtype
     }
 
     fn device(&self) -> &Device {

@@ -96,6 +96,7 @@ fn common(a: &[i32], b: &[i32]) -> usize {
 /// Runs `model` on `expected`'s prompts and compares.
 pub fn check(model: &dyn CausalLm, expected: &Expected) -> Result<Report, Error> {
     let dev = model.device();
+    super::generate::check_ids(model, &expected.input_ids)?;
     let (b, t) = (expected.input_ids.len(), expected.input_ids[0].len());
     let ids = Tensor::from_vec_on(expected.input_ids.concat(), [b, t], dev);
     let logits = lazor::no_grad(|| model.forward(&ids, 0, None, false));

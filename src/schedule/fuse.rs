@@ -442,7 +442,8 @@ pub(super) fn group(
         let Inlined { leaves: deps, strided, ops } = fusion.inlined.get(&id).cloned().unwrap_or_default();
         let fits = |g: usize, grp: &Group| -> bool {
             // A slice write runs alone: its kernel covers the slice, not the buffer it writes.
-            if grp.head.is_some_and(|h| matches!(graph.node(h).op, NodeOp::Write(..))) {
+            let write = |n: NodeId| matches!(graph.node(n).op, NodeOp::Write(..));
+            if write(id) || grp.head.is_some_and(write) {
                 return false;
             }
             if let Some(rows) = joins_rows(graph, g, grp, id, &deps, &group_of, apart) {

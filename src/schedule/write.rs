@@ -71,10 +71,14 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Kernel, NodeId> {
         return Ok(l.k);
     }
     // The copy: at each element of the buffer, the slice's element where the axis falls inside it, else the old
-    // value's. The slice is read at a coordinate computed at run time: a gather, from a buffer.
-    let src = super::fuse::gathered(graph, value);
+    // value's. The slice is read at a coordinate computed at run time: a gather, from a buffer: the value's own
+    // where it has one (what the schedule counts the write as reading), else the one under its reshapes.
+    let src = match fusion.is_buffer(graph, value) {
+        true => value,
+        false => super::fuse::gathered(graph, value),
+    };
     if !fusion.is_buffer(graph, src) {
-        return Err(value);
+        return Err(src);
     }
     let k = kernel(Kind::Elementwise, &shape, shape.numel());
     let mut l = Lowerer::new(graph, fusion, &[], k, slot);

@@ -179,6 +179,27 @@ fn propose(rng: &mut Rng, vals: &[Tensor], specials: bool) -> Step {
                 Step::Stack { xs, dim: rng.below(nd as usize + 1) as isize }
             }
         }
+        16 if nd >= 1 && chance(rng, 0.3) => {
+            // A slice written into a copy of `x`: a value of its shape, shorter along the axis, and its type.
+            let d = rng.below(nd as usize);
+            let extent = shape[d];
+            let fits = |i: usize| {
+                let o = vals[i].shape();
+                vals[i].dtype() == t.dtype()
+                    && o.len() == shape.len()
+                    && (0..o.len()).all(|a| o[a] == shape[a] || (a == d && o[a] < shape[a]))
+            };
+            let values: Vec<usize> = (0..vals.len()).filter(|&i| i != x && fits(i)).collect();
+            if values.is_empty() || chance(rng, 0.3) {
+                let mut part = shape.clone();
+                part[d] = rng.below(extent + 1);
+                return input(rng, part, t.dtype(), specials);
+            }
+            let v = pick(rng, &values);
+            let len = vals[v].shape()[d];
+            let dim = if chance(rng, 0.5) { d as isize } else { d as isize - nd };
+            Step::WriteAt { x, v, dim, start: rng.below(extent - len + 1) }
+        }
         16..=18 => {
             let op = pick(rng, &REDS);
             let all = chance(rng, 0.2);

@@ -92,6 +92,9 @@ fn step(s: &Step) -> String {
             dim.map_or("null".to_string(), |d| d.to_string())
         ),
         Step::Matmul { x, y } => format!("{{\"op\":\"matmul\",\"x\":{x},\"y\":{y}}}"),
+        Step::WriteAt { x, v, dim, start } => {
+            format!("{{\"op\":\"write_at\",\"x\":{x},\"v\":{v},\"dim\":{dim},\"start\":{start}}}")
+        }
         Step::Sdpa { q, k, v, causal } => {
             format!("{{\"op\":\"sdpa\",\"q\":{q},\"k\":{k},\"v\":{v},\"causal\":{causal}}}")
         }

@@ -141,6 +141,14 @@ pub enum Step {
         x: usize,
         y: usize,
     },
+    /// A tensor of its own holding `x`'s value with `v` (its shape but shorter along `dim`, its dtype) written
+    /// into it along `dim` from `start` on: `write_at`.
+    WriteAt {
+        x: usize,
+        v: usize,
+        dim: isize,
+        start: usize,
+    },
     /// `scaled_dot_product_attention(q, k, v, causal)`.
     Sdpa {
         q: usize,
@@ -155,7 +163,7 @@ impl Step {
     fn operands_mut(&mut self) -> Vec<&mut usize> {
         match self {
             Step::Input { .. } => vec![],
-            Step::Binary { x, y, .. } | Step::Matmul { x, y } => vec![x, y],
+            Step::Binary { x, y, .. } | Step::Matmul { x, y } | Step::WriteAt { x, v: y, .. } => vec![x, y],
             Step::Where { c, a, b } => vec![c, a, b],
             Step::Sdpa { q, k, v, .. } => vec![q, k, v],
             Step::Cat { xs, .. } | Step::Stack { xs, .. } => xs.iter_mut().collect(),
@@ -262,6 +270,12 @@ pub fn apply(step: &Step, v: &[Tensor], dev: &Device) -> Result<Tensor> {
         Step::Matmul { x, y } => v[*x].try_matmul(&v[*y])?,
         Step::Sdpa { q, k, v: w, causal } => {
             lazor::nn::functional::try_scaled_dot_product_attention(&v[*q], &v[*k], &v[*w], *causal)?
+        }
+        Step::WriteAt { x, v: w, dim, start } => {
+            // A node of its own: a handle on `x` itself would see the write too.
+            let out = Tensor::full_on(v[*x].shape(), true, dev).try_where_cond(&v[*x], &v[*x])?;
+            out.try_write_at(*dim, *start, &v[*w])?;
+            out
         }
     })
 }
@@ -495,6 +509,10 @@ pub fn to_rust(p: &Program) -> String {
             Step::Sdpa { q, k, v, causal } => {
                 format!("lazor::nn::functional::scaled_dot_product_attention(&t{q}, &t{k}, &t{v}, {causal})")
             }
+            Step::WriteAt { x, v, dim, start } => format!(
+                "{{ let o = Tensor::full_on(t{x}.shape(), true, &dev).where_cond(&t{x}, &t{x}); \
+                 o.write_at({dim}, {start}usize, &t{v}); o }}"
+            ),
         };
         out.push_str(&format!("let t{i} = {line};\n"));
     }
