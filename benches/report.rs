@@ -13,6 +13,7 @@
 //! cargo bench --bench report -- cpu-views    # only the CPU section's views table (bench/cpu_views.rs)
 //! cargo bench --bench report -- matmul       # only the matmul section
 //! cargo bench --bench report -- dtypes       # only the element-type section
+//! cargo bench --bench report -- products     # only its product table, every dtype and path, n = 1024 and 4096
 //! cargo bench --bench report -- random       # only the random-numbers section (bench/random.rs)
 //! cargo bench --bench report -- life         # only the process-life section (bench/life.rs)
 //! cargo bench --bench report -- shapes       # a training step's products one by one (bench/shapes.rs)
@@ -126,7 +127,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    const SECTIONS: [&str; 14] = [
+    const SECTIONS: [&str; 15] = [
         "elementwise",
         "views",
         "reductions",
@@ -134,6 +135,7 @@ fn main() -> ExitCode {
         "cpu-views",
         "matmul",
         "dtypes",
+        "products",
         "life",
         "random",
         "training",
@@ -143,7 +145,7 @@ fn main() -> ExitCode {
         "grouping",
     ];
     if let Some(a) = args.iter().find(|a| !SECTIONS.contains(&a.as_str())) {
-        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [cpu-views] [matmul] [dtypes] [life] [random] [training] [steady] [shapes] [clock] [grouping] (default: all)");
+        eprintln!("bench: unknown section {a:?}; usage: bench [elementwise] [views] [reductions] [cpu] [cpu-views] [matmul] [dtypes] [products] [life] [random] [training] [steady] [shapes] [clock] [grouping] (default: all)");
         return ExitCode::FAILURE;
     }
     let wanted = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -176,6 +178,15 @@ fn main() -> ExitCode {
         let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
         let (log2, mm): (&[u32], usize) = if small { (&[20], 256) } else { (&[24, 26], 4096) };
         if !dtypes::run(&dev, &cfg, log2, mm) {
+            return ExitCode::FAILURE;
+        }
+    }
+    // Only the element-type section's product table, at the sizes of `torch_reference.py matmul`.
+    if args.iter().any(|a| a == "products") {
+        let (dev, small) = default_device();
+        let cfg = Config::from_env(Vec::new(), if small { 2 } else { 8 });
+        let sizes: &[usize] = if small { &[256] } else { &[1024, 4096] };
+        if !dtypes::products(&dev, &cfg, sizes) {
             return ExitCode::FAILURE;
         }
     }

@@ -210,7 +210,11 @@ impl Engine {
             for (n, kernel) in plan.kernels.iter().enumerate() {
                 let slots = kernel.inputs.iter().map(|i| i.0).chain(kernel.outputs.iter().map(|o| o.0));
                 let bytes = slots.map(|s| plan.slots[s].bytes).sum();
-                let run = crate::profile::Run::of(kernel, bytes, done.times.get(n).copied().flatten());
+                let mut run = crate::profile::Run::of(kernel, bytes, done.times.get(n).copied().flatten());
+                if done.spirv.contains(&n) {
+                    // Profiles say which path compiled a kernel: the SPIR-V path's are marked.
+                    run.name.push_str(" [spirv]");
+                }
                 // Kernels of one dispatch are one run, timed together.
                 match runs.last_mut() {
                     Some(last) if kernel.joins => last.join(run),

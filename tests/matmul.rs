@@ -647,3 +647,71 @@ fn long_k_with_few_output_tiles_is_cut_into_slices_summed() {
         check(&x.narrow(0, 0, 8191).t().matmul(&g.narrow(0, 0, 8191)), k, &format!("odd k on {}", dev.name()));
     }
 }
+
+/// bf16 operands, as [`f16_products_on_tensor_cores_and_tiles`]: on the tensor cores where the device has bf16
+/// cooperative matrices (through the SPIR-V path, whose kernels the profile marks), else on the tiled kernel, both
+/// against the reference. `LAZOR_TEST_TENSOR_CORES=1` makes the run fail unless the wgpu device runs bf16 products
+/// on tensor cores.
+#[test]
+fn bf16_products_on_tensor_cores_and_tiles() {
+    use lazor::half::bf16;
+    let must = std::env::var("LAZOR_TEST_TENSOR_CORES").is_ok_and(|v| v.trim() == "1");
+    let rand_bf16 = |dev: &Device, rng: &mut Rng, shape: &[usize]| {
+        let n: usize = shape.iter().product();
+        let t = Tensor::from_vec_on(rng.vec(n, -1.0, 1.0).into_iter().map(bf16::from_f32).collect(), shape, dev);
+        t.realize().unwrap();
+        t
+    };
+    // The device and the reference both round the f32 sum once: one bf16 step (2^-7 relative at most) apart where
+    // the sums fall on either side of a rounding boundary.
+    let check = |t: &Tensor, k: usize, what: &str| {
+        assert_eq!(t.dtype(), DType::BF16, "{what}");
+        let want: Vec<f32> = lazor::reference::eval(&[&t.to_dtype(DType::F32)]).pop().unwrap();
+        let got: Vec<f32> = t.to_vec_as::<bf16>().into_iter().map(f32::from).collect();
+        assert_close(&got, &want, 8e-3, 4.0 * tol(k), &format!("{what} on {}", t.device().name()));
+    };
+    for dev in devices() {
+        let had = dev.wgpu().is_some_and(|g| g.bf16_tensor_cores());
+        let f16_cores = dev.wgpu().is_some_and(|g| g.tensor_cores());
+        assert!(
+            !must || dev.is_cpu() || had,
+            "LAZOR_TEST_TENSOR_CORES=1, but {} runs no bf16 on tensor cores",
+            dev.name()
+        );
+        let mut rng = Rng::new(67);
+        for cores in [true, false].into_iter().take(if had { 2 } else { 1 }) {
+            if let Some(gpu) = dev.wgpu() {
+                gpu.set_tensor_cores(cores);
+            }
+            let on = dev.wgpu().is_some_and(|g| g.bf16_tensor_cores());
+            assert_eq!(on, cores && had);
+            let path = if on { "tensor cores" } else { "tiled" };
+            for (batch, m, k, n) in
+                [(1, 17, 33, 31), (1, 128, 64, 128), (1, 130, 200, 250), (3, 64, 48, 80), (1, 257, 1000, 129)]
+            {
+                let what = format!("{batch}x{m}x{k}x{n} ({path})");
+                let a = rand_bf16(&dev, &mut rng, &[batch, m, k]);
+                let b = rand_bf16(&dev, &mut rng, &[batch, k, n]);
+                check(&a.matmul(&b), k, &what);
+                let at = rand_bf16(&dev, &mut rng, &[batch, k, m]).transpose(1, 2);
+                let bt = rand_bf16(&dev, &mut rng, &[batch, n, k]).transpose(1, 2);
+                check(&at.matmul(&bt), k, &format!("{what}, transposed operands"));
+                let an = rand_bf16(&dev, &mut rng, &[batch, m, k + 1]).narrow(2, 1, k);
+                check(&an.matmul(&b), k, &format!("{what}, narrowed A"));
+                check(&a.abs().matmul(&(&bt * 0.5)), k, &format!("{what}, prologues"));
+                let y = || (a.matmul(&bt) * 2.0).relu();
+                assert_eq!(dispatches(&y()), 1, "{what}: the epilogue is fused");
+                check(&y(), k, &format!("{what}, relu(2 a b)"));
+            }
+            let a = rand_bf16(&dev, &mut rng, &[256, 256]);
+            let b = rand_bf16(&dev, &mut rng, &[256, 256]);
+            let profile = dev.profile(|| a.matmul(&b).realize().unwrap());
+            let names: Vec<&str> = profile.kernels().iter().map(|k| k.name.as_str()).collect();
+            assert_eq!(names.len(), 1, "{names:?}");
+            assert_eq!(names[0].ends_with(" [spirv]"), on, "the tensor-core kernel is the SPIR-V path's: {names:?}");
+        }
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_tensor_cores(f16_cores);
+        }
+    }
+}

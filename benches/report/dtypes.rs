@@ -25,11 +25,13 @@ fn chain3(a: &Tensor, b: &Tensor, c: &Tensor) -> Tensor {
 pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
     println!("\n## lazor element-type benchmark\n");
     println!(
-        "- device: {}; native f16: {}; tensor cores: {}; one device for the whole section; median of up to {} runs of x{} realizes \
+        "- device: {}; native f16: {}; tensor cores: {}; bf16 tensor cores (SPIR-V): {}; int64: {}; one device for the whole section; median of up to {} runs of x{} realizes \
          then `synchronize()`; GB/s of the bytes each case must move (inputs read once, output written once)",
         dev.name(),
         dev.wgpu().is_some_and(|g| g.native_f16()),
         dev.wgpu().is_some_and(|g| g.tensor_cores()),
+        dev.wgpu().is_some_and(|g| g.bf16_tensor_cores()),
+        dev.wgpu().is_some_and(|g| g.int64()),
         cfg.runs,
         cfg.batch
     );
@@ -125,50 +127,62 @@ pub fn run(dev: &Device, cfg: &Config, log2: &[u32], mm: usize) -> bool {
             gbs(8 * n as u64, t_leaky)
         );
     }
+    products(dev, cfg, &[mm])
+}
+
+/// The product table: `a.matmul(&b)` of `n x n` operands for each `n` of `sizes`, in every element type and on
+/// every path the device has (tensor cores through WGSL for f16, through the SPIR-V path for bf16; tiled).
+pub fn products(dev: &Device, cfg: &Config, sizes: &[usize]) -> bool {
+    let native = dev.wgpu().is_some_and(|g| g.native_f16());
     println!();
     println!("| matmul | n | dtype | ms | TFLOP/s |");
     println!("|---|---|---|---|---|");
-    let cores = dev.wgpu().is_some_and(|g| g.tensor_cores());
-    // (dtype, f16 packed, tensor cores, label)
-    let cases = [
-        (DType::F32, false, false, "f32"),
-        (DType::F16, false, true, "f16 (tensor cores)"),
-        (DType::F16, false, false, "f16 (tiled)"),
-        (DType::F16, true, false, "f16 (packed)"),
-        (DType::BF16, false, false, "bf16"),
-    ];
-    for (dt, packed, on_cores, label) in cases {
-        if (packed && !native) || (on_cores && !cores) {
-            continue;
-        }
-        if let Some(gpu) = dev.wgpu() {
-            gpu.set_native_f16(native && !packed);
-        }
-        if let Some(gpu) = dev.wgpu() {
-            gpu.set_tensor_cores(on_cores);
-        }
-        let a = inputs(dev, dt, mm * mm, 5).reshape([mm, mm]);
-        let b = inputs(dev, dt, mm * mm, 6).reshape([mm, mm]);
-        a.matmul(&b).realize().unwrap();
-        let t = measure(cfg, || {
-            for _ in 0..cfg.batch {
-                a.matmul(&b).realize().unwrap();
+    for &mm in sizes {
+        let cores = dev.wgpu().is_some_and(|g| g.tensor_cores());
+        let bf16_cores = dev.wgpu().is_some_and(|g| g.bf16_tensor_cores());
+        // (dtype, f16 packed, tensor cores, label)
+        let cases = [
+            (DType::F32, false, false, "f32"),
+            (DType::F16, false, true, "f16 (tensor cores)"),
+            (DType::F16, false, false, "f16 (tiled)"),
+            (DType::F16, true, false, "f16 (packed)"),
+            (DType::BF16, false, true, "bf16 (tensor cores, SPIR-V)"),
+            (DType::BF16, false, false, "bf16 (tiled)"),
+        ];
+        for (dt, packed, on_cores, label) in cases {
+            let has = if dt == DType::BF16 { bf16_cores } else { cores };
+            if (packed && !native) || (on_cores && !has) {
+                continue;
             }
-            dev.synchronize().unwrap();
-        })
-        .per(cfg.batch)
-        .median;
-        println!(
-            "| a.matmul(&b) | {mm} | {label} | {} | {:.2} |",
-            ms(t),
-            2.0 * (mm as f64).powi(3) / t.as_secs_f64() / 1e12
-        );
-    }
-    if let Some(gpu) = dev.wgpu() {
-        gpu.set_native_f16(native);
-    }
-    if let Some(gpu) = dev.wgpu() {
-        gpu.set_tensor_cores(cores);
+            if let Some(gpu) = dev.wgpu() {
+                gpu.set_native_f16(native && !packed);
+            }
+            if let Some(gpu) = dev.wgpu() {
+                gpu.set_tensor_cores(on_cores);
+            }
+            let a = inputs(dev, dt, mm * mm, 5).reshape([mm, mm]);
+            let b = inputs(dev, dt, mm * mm, 6).reshape([mm, mm]);
+            a.matmul(&b).realize().unwrap();
+            let t = measure(cfg, || {
+                for _ in 0..cfg.batch {
+                    a.matmul(&b).realize().unwrap();
+                }
+                dev.synchronize().unwrap();
+            })
+            .per(cfg.batch)
+            .median;
+            println!(
+                "| a.matmul(&b) | {mm} | {label} | {} | {:.2} |",
+                ms(t),
+                2.0 * (mm as f64).powi(3) / t.as_secs_f64() / 1e12
+            );
+        }
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_native_f16(native);
+        }
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_tensor_cores(cores);
+        }
     }
     true
 }

@@ -64,6 +64,9 @@ pub(crate) struct Done {
     /// Each kernel's time when the job was profiled (`None` for a kernel the backend could not time); empty
     /// otherwise.
     pub times: Vec<Option<std::time::Duration>>,
+    /// The kernels that ran from SPIR-V lazor wrote (the Vulkan backend's SPIR-V path), by index into the job's
+    /// kernels, when the job was profiled; empty otherwise.
+    pub spirv: Vec<usize>,
 }
 
 /// What every backend does: run kernel IR over its buffers, read them back, keep a pool. What only the wgpu

@@ -62,7 +62,7 @@ pub fn wgsl(tensors: &[&Tensor]) -> Vec<(String, String)> {
     let ids: Vec<NodeId> = tensors.iter().map(|t| t.id).collect();
     let opts = first.device.schedule_options();
     let target = match first.device.inner.backend.wgpu() {
-        Some(w) => Target { subgroups: w.subgroups(), f16: w.native_f16(), coop: w.tensor_cores() },
+        Some(w) => w.target(),
         None => Target::default(),
     };
     let plan = {

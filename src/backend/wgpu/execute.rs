@@ -26,6 +26,43 @@ fn release_created(pool: &mut pool::Pool, buffers: &[JobBuffer], keys: Vec<Optio
 }
 
 impl WgpuBackend {
+    /// The pipeline of a dispatch's `members`, whose WGSL for `target` is `wgsl`: through the SPIR-V path where
+    /// they ask for it and the device has one ([`codegen::edits`]), else (or where that fails) from WGSL.
+    #[allow(clippy::too_many_arguments)]
+    fn compile(
+        &self,
+        st: &mut super::WgpuState,
+        members: &[crate::kernel::Kernel],
+        target: &codegen::Target,
+        wgsl: String,
+        name: &str,
+        trusted: bool,
+        debug: u32,
+        stats: &mut Stats,
+    ) -> Result<std::sync::Arc<super::pipelines::Compiled>> {
+        let gpu = &self.gpu;
+        #[cfg(not(target_arch = "wasm32"))]
+        if let (Some(edits), Some(lang)) = (codegen::edits(members, target, self.spirv_mode), gpu.spirv) {
+            match st.pipelines.get_spirv(&gpu.device, &wgsl, name, edits, lang, trusted, debug, stats) {
+                Ok(p) => return Ok(p),
+                Err(e) => {
+                    if debug >= 1 && !std::mem::replace(&mut st.spirv_refused, true) {
+                        eprintln!("lazor: the SPIR-V path refused a kernel, which runs from WGSL instead: {e}");
+                    }
+                    if edits.bf16 {
+                        // Its source stands for bf16 on the SPIR-V path only: as WGSL it is the tiled product.
+                        let tiled = codegen::Target { bf16_coop: false, ..*target };
+                        let wgsl = codegen::dispatch_source(members, &tiled);
+                        return st.pipelines.get(&gpu.device, &wgsl, name, trusted, debug, stats);
+                    }
+                }
+            }
+        }
+        #[cfg(target_arch = "wasm32")]
+        let _ = (members, target);
+        st.pipelines.get(&gpu.device, &wgsl, name, trusted, debug, stats)
+    }
+
     pub(super) fn execute(&self, job: Job<'_>, stats: &mut Stats, debug: u32) -> Result<Done> {
         let gpu = &self.gpu;
         let mut guard = self.state();
@@ -55,7 +92,7 @@ impl WgpuBackend {
                     // Products run alone (`schedule/dispatch.rs`), so a shader of several kernels keeps its checks.
                     let trusted =
                         members.iter().all(|k| matches!(k.kind, crate::kernel::Kind::Matmul(_))) && !gpu.checked;
-                    match st.pipelines.get(&gpu.device, &wgsl, &name, trusted, debug, stats) {
+                    match self.compile(st, members, &target, wgsl, &name, trusted, debug, stats) {
                         Ok(p) => {
                             st.pipelines.remember(key, p.clone());
                             p
@@ -308,7 +345,11 @@ impl WgpuBackend {
             .zip(job.reads)
             .map(|(buffer, &slot)| st.reads.insert(readback::PendingRead::start(buffer, job.buffers[slot].bytes)))
             .collect();
-        Ok(Done { kept, reads, times })
+        let spirv = match job.profile {
+            true => runs.iter().zip(&compiled).filter(|(_, c)| c.spirv).flat_map(|(run, _)| run.clone()).collect(),
+            false => Vec::new(),
+        };
+        Ok(Done { kept, reads, times, spirv })
     }
 }
 

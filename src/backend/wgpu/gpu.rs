@@ -21,6 +21,14 @@ pub struct Gpu {
     pub coop: bool,
     /// Whether kernels can be timed on the GPU (`wgpu::Features::TIMESTAMP_QUERY`).
     pub timestamps: bool,
+    /// The SPIR-V version kernels may be handed to the driver in (wgpu's passthrough shaders on a Vulkan device),
+    /// where the SPIR-V path is open: `None` elsewhere or under `LAZOR_SPIRV=0`.
+    pub spirv: Option<(u8, u8)>,
+    /// Whether the device was opened with bf16 cooperative matrices (`VK_KHR_shader_bfloat16`), which the SPIR-V
+    /// path runs bf16 products on.
+    pub bf16_coop: bool,
+    /// Whether the device was created with 64-bit integers (`wgpu::Features::SHADER_INT64`).
+    pub int64: bool,
     /// Whether kernels whose every index is in range by construction (matmul) still get wgpu's bounds checks
     /// (`LAZOR_SHADER_CHECKS`).
     pub checked: bool,
@@ -111,17 +119,47 @@ fn tensor_cores(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
         .any(|p| (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, S::F32))
 }
 
-/// Creates a device on `adapter` with its own limits and the features lazor uses where it offers them.
+/// What the SPIR-V path may use on `adapter`: its SPIR-V version, and whether bf16 products can run on its
+/// tensor cores; `None` where the path is closed (not Vulkan, or `LAZOR_SPIRV=0`).
+fn spirv_caps(adapter: &wgpu::Adapter) -> Option<((u8, u8), bool)> {
+    #[cfg(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    {
+        if super::spirv::Mode::from_env() == super::spirv::Mode::Off
+            || !adapter.features().contains(wgpu::Features::PASSTHROUGH_SHADERS)
+        {
+            return None;
+        }
+        super::spirv::vulkan::caps(adapter).map(|c| (c.lang, c.bf16_coop))
+    }
+    #[cfg(not(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    {
+        let _ = adapter;
+        None
+    }
+}
+
+/// Set when the driver refused a device with bf16 cooperative matrices: later devices of the process open without.
+static BF16_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Creates a device on `adapter` with its own limits and the features lazor uses where it offers them; with `bf16`,
+/// also bf16 cooperative matrices, where the driver accepts them (the flag returned says whether it did).
 async fn request(
     adapter: &wgpu::Adapter,
     info: &wgpu::AdapterInfo,
     limits: &wgpu::Limits,
-) -> Result<(wgpu::Device, wgpu::Queue)> {
+    bf16: bool,
+) -> Result<(wgpu::Device, wgpu::Queue, bool)> {
     // Subgroup operations where offered: reductions combine within a subgroup without workgroup memory. A
     // pipeline cache where offered: compiled kernels are kept on disk between processes.
     // Timestamp queries where offered: `Device::profile` times each kernel on the GPU, waiting for the times, which
     // a browser page cannot do.
-    let mut wanted = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::PIPELINE_CACHE;
+    // Passthrough shaders where offered: the SPIR-V path (`spirv/`). 64-bit integers where offered: the random
+    // generator's high-word multiply in one instruction.
+    let mut wanted = wgpu::Features::SUBGROUP
+        | wgpu::Features::SHADER_F16
+        | wgpu::Features::PIPELINE_CACHE
+        | wgpu::Features::PASSTHROUGH_SHADERS
+        | wgpu::Features::SHADER_INT64;
     if cfg!(not(target_arch = "wasm32")) {
         wanted |= wgpu::Features::TIMESTAMP_QUERY;
     }
@@ -130,22 +168,41 @@ async fn request(
     if coop {
         features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
     }
-    adapter
-        .request_device(&wgpu::DeviceDescriptor {
-            label: Some("lazor"),
-            required_limits: limits.clone(),
-            required_features: features,
-            // SAFETY: the experimental feature is requested only where the adapter offers it, and used by one kernel
-            // (kernels/matmul_coop.wgsl) whose every load and store is in range by construction.
-            experimental_features: if coop {
-                unsafe { wgpu::ExperimentalFeatures::enabled() }
-            } else {
-                wgpu::ExperimentalFeatures::disabled()
-            },
-            ..Default::default()
-        })
+    let desc = wgpu::DeviceDescriptor {
+        label: Some("lazor"),
+        required_limits: limits.clone(),
+        required_features: features,
+        // SAFETY: the experimental feature is requested only where the adapter offers it, and used by one kernel
+        // (kernels/matmul_coop.wgsl) whose every load and store is in range by construction.
+        experimental_features: if coop {
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        },
+        ..Default::default()
+    };
+    #[cfg(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    if bf16 && coop && !BF16_REFUSED.load(std::sync::atomic::Ordering::Relaxed) {
+        // SAFETY: `bf16` comes from `spirv_caps`, which found the extension, both features and the shape.
+        match unsafe { super::spirv::vulkan::open_bf16(adapter, &desc) } {
+            Ok((device, queue)) => return Ok((device, queue, true)),
+            Err(e) => {
+                BF16_REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+                if env::debug_level() >= 1 {
+                    eprintln!(
+                        "lazor: {} refused a device with bf16 cooperative matrices ({e}); opening without",
+                        info.name
+                    );
+                }
+            }
+        }
+    }
+    let _ = bf16;
+    let (device, queue) = adapter
+        .request_device(&desc)
         .await
-        .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })
+        .map_err(|e| Error::DeviceCreation { adapter: info.name.clone(), message: e.to_string() })?;
+    Ok((device, queue, false))
 }
 
 /// The adapters of `backends`; GL last, from its own instance: starting it makes EGL print to stderr, and it is the
@@ -227,18 +284,27 @@ impl Gpu {
         let limits = adapter.limits();
         // A device a dropped Device left behind, where there is one: see keep.rs for why devices are kept. Its
         // device-lost flag goes with it, since the callback that sets it was installed once, at creation.
-        let (device, queue, lost) = match super::keep::take(&info) {
-            Some(kept) => kept,
+        let spirv = spirv_caps(&adapter);
+        let bf16_wanted = spirv.is_some_and(|(_, bf16)| bf16);
+        let (device, queue, lost, bf16_coop) = match super::keep::take(&info) {
+            // A kept device was opened by `request` in this process, under the same environment.
+            Some((device, queue, lost)) => {
+                let bf16 = bf16_wanted && !BF16_REFUSED.load(std::sync::atomic::Ordering::Relaxed);
+                let bf16 = bf16 && device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+                (device, queue, lost, bf16)
+            }
             None => {
-                let (device, queue) = request(&adapter, &info, &limits).await?;
+                let (device, queue, bf16) = request(&adapter, &info, &limits, bf16_wanted).await?;
                 let lost = Arc::new(Mutex::new(None));
                 let lost_cb = lost.clone();
                 device.set_device_lost_callback(move |reason, message| {
                     *lock(&lost_cb) = Some(format!("{reason:?}: {message}"));
                 });
-                (device, queue, lost)
+                (device, queue, lost, bf16)
             }
         };
+        let spirv =
+            spirv.map(|(lang, _)| lang).filter(|_| device.features().contains(wgpu::Features::PASSTHROUGH_SHADERS));
         // Replaces the error handler of the device's last owner, if any.
         let uncaptured = Arc::new(Mutex::new(Vec::new()));
         let unc = uncaptured.clone();
@@ -249,6 +315,7 @@ impl Gpu {
         let f16 = device.features().contains(wgpu::Features::SHADER_F16);
         let coop = device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
         let timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let int64 = device.features().contains(wgpu::Features::SHADER_INT64);
         let checked = crate::env::shader_checks();
         let poisoned = Mutex::new(None);
         let tiles = tiles_for(&info, &limits);
@@ -261,6 +328,9 @@ impl Gpu {
             f16,
             coop,
             timestamps,
+            spirv,
+            bf16_coop,
+            int64,
             checked,
             memory,
             tiles,

@@ -27,6 +27,10 @@ pub(crate) trait WgpuOnly: Send + Sync {
     fn tensor_cores(&self) -> bool;
     /// The file of the driver's pipeline cache, where there is one.
     fn pipeline_cache_file(&self) -> Option<std::path::PathBuf>;
+    /// Turns 64-bit integers in generated kernels on (where the device has them) or off.
+    fn set_int64(&self, on: bool);
+    /// What generated code may use on this device now.
+    fn target(&self) -> super::codegen::Target;
 }
 
 /// The wgpu side of a [`Device`](crate::Device), from [`Device::wgpu`](crate::Device::wgpu): what only a wgpu device
@@ -116,6 +120,31 @@ impl<'a> WgpuDevice<'a> {
     /// Whether f16 matmuls run on the tensor cores (false where the adapter has none).
     pub fn tensor_cores(&self) -> bool {
         self.wgpu.tensor_cores()
+    }
+
+    /// Whether bf16 matmuls run on the tensor cores too: the device was opened with bf16 cooperative matrices
+    /// (Vulkan's `VK_KHR_shader_bfloat16`), the SPIR-V path is open (`LAZOR_SPIRV` is not `0`) and
+    /// [`tensor_cores`](Self::tensor_cores) is on.
+    pub fn bf16_tensor_cores(&self) -> bool {
+        self.wgpu.target().bf16_coop
+    }
+
+    /// Whether kernels can be handed to the driver as SPIR-V lazor writes (a Vulkan device, `LAZOR_SPIRV` not
+    /// `0`): bf16 products on tensor cores and exactly rounded random numbers go that way.
+    pub fn spirv(&self) -> bool {
+        self.wgpu.gpu().spirv.is_some()
+    }
+
+    /// Lets generated kernels use 64-bit integers (where the device has `SHADER_INT64`) or not: the random
+    /// generator's high-word multiply is one instruction with them and four 16-bit products without, the same bits
+    /// either way.
+    pub fn set_int64(&self, on: bool) {
+        self.wgpu.set_int64(on);
+    }
+
+    /// Whether generated kernels use 64-bit integers.
+    pub fn int64(&self) -> bool {
+        self.wgpu.target().int64
     }
 
     /// The file where this device keeps compiled pipelines between processes (`LAZOR_CACHE_DIR`), or `None` where

@@ -12,6 +12,7 @@ mod params;
 mod pipelines;
 mod pool;
 mod readback;
+mod spirv;
 mod timing;
 
 /// For unit tests: what `open` opens, or `None` where no wgpu adapter opens and `LAZOR_TEST_BACKENDS` asks for
@@ -64,6 +65,14 @@ pub(crate) struct Shared {
     f16: AtomicBool,
     /// Whether f16 matmuls run on cooperative matrices: the device has them and `LAZOR_NO_COOP` is unset.
     coop: AtomicBool,
+    /// Whether bf16 matmuls run on cooperative matrices too, through the SPIR-V path: the device was opened with
+    /// them (`Gpu::bf16_coop`) and the path is open.
+    bf16_coop: AtomicBool,
+    /// Whether kernels use 64-bit integers: the device has `SHADER_INT64`.
+    int64: AtomicBool,
+    /// Which kernels take the SPIR-V path (`LAZOR_SPIRV`), where the device has it (`Gpu::spirv`).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    spirv_mode: spirv::Mode,
     /// Submits the submit thread keeps in flight (`LAZOR_QUEUE_DEPTH`, `Device::wgpu()?.set_queue_depth`).
     depth: AtomicUsize,
     /// Set when the backend is dropped: the submit thread ends.
@@ -82,7 +91,7 @@ impl std::ops::Deref for WgpuBackend {
 }
 
 /// The backend's mutable parts, behind one lock.
-struct WgpuState {
+pub(super) struct WgpuState {
     pool: pool::Pool,
     bind_groups: bind_groups::BindGroups,
     pipelines: pipelines::Pipelines,
@@ -93,6 +102,9 @@ struct WgpuState {
     in_flight: batch::InFlight,
     /// Dispatches recorded so far: the pool stamps each buffer with the last one that used it.
     recorded: u64,
+    /// Whether a kernel fell back from the SPIR-V path to WGSL (said once under `LAZOR_DEBUG`).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    spirv_refused: bool,
 }
 
 impl WgpuBackend {
@@ -119,6 +131,9 @@ impl WgpuBackend {
         let subgroups = AtomicBool::new(gpu.subgroups && !crate::env::no_subgroups());
         let f16 = AtomicBool::new(gpu.f16 && !crate::env::no_f16());
         let coop = AtomicBool::new(gpu.coop && !crate::env::no_coop());
+        let bf16_coop = AtomicBool::new(gpu.bf16_coop && gpu.spirv.is_some());
+        let int64 = AtomicBool::new(gpu.int64);
+        let spirv_mode = spirv::Mode::from_env();
         let depth = AtomicUsize::new(crate::env::queue_depth().unwrap_or(batch::DEFAULT_DEPTH));
         let pool = pool::Pool::new(crate::backend::free::budget(gpu.memory));
         let mut pipelines = pipelines::Pipelines::default();
@@ -132,9 +147,21 @@ impl WgpuBackend {
             batch: None,
             in_flight: Default::default(),
             recorded: 0,
+            spirv_refused: false,
         };
         let closed = AtomicBool::new(false);
-        let shared = Arc::new(Shared { gpu, state: Mutex::new(state), subgroups, f16, coop, depth, closed });
+        let shared = Arc::new(Shared {
+            gpu,
+            state: Mutex::new(state),
+            subgroups,
+            f16,
+            coop,
+            bf16_coop,
+            int64,
+            spirv_mode,
+            depth,
+            closed,
+        });
         WgpuBackend::with_submitter(shared)
     }
 
@@ -164,6 +191,8 @@ impl WgpuBackend {
             subgroups: self.subgroups.load(Ordering::Relaxed),
             f16: self.f16.load(Ordering::Relaxed),
             coop: self.coop.load(Ordering::Relaxed),
+            bf16_coop: self.bf16_coop.load(Ordering::Relaxed) && self.coop.load(Ordering::Relaxed),
+            int64: self.int64.load(Ordering::Relaxed),
         }
     }
 
@@ -437,5 +466,13 @@ impl WgpuOnly for WgpuBackend {
 
     fn tensor_cores(&self) -> bool {
         self.coop.load(Ordering::Relaxed)
+    }
+
+    fn set_int64(&self, on: bool) {
+        self.int64.store(on && self.gpu.int64, Ordering::Relaxed);
+    }
+
+    fn target(&self) -> codegen::Target {
+        WgpuBackend::target(self)
     }
 }

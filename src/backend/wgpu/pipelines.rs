@@ -12,6 +12,8 @@ use std::sync::Arc;
 pub struct Compiled {
     pub pipeline: wgpu::ComputePipeline,
     pub layout: wgpu::BindGroupLayout,
+    /// Whether it was compiled from SPIR-V lazor wrote ([`super::spirv`]) rather than from WGSL by wgpu.
+    pub spirv: bool,
 }
 
 /// Compiled compute pipelines by source, and by kernel structure in front of that, so a kernel seen before skips
@@ -85,8 +87,73 @@ impl Pipelines {
         scopes.pop().map_err(|e| Error::KernelCompile { kernel: name.to_string(), message: e.to_string() })?;
         stats.pipelines_compiled += 1;
         let layout = pipeline.get_bind_group_layout(0);
-        let compiled = Arc::new(Compiled { pipeline, layout });
+        let compiled = Arc::new(Compiled { pipeline, layout, spirv: false });
         self.cache.insert(wgsl.to_string(), compiled.clone());
+        Ok(compiled)
+    }
+
+    /// The pipeline for `wgsl` through the SPIR-V path with `edits` made, compiled on first use.
+    ///
+    /// # Errors
+    /// [`Error::KernelCompile`] where naga, an edit or the driver rejects it (the caller falls back to WGSL); the
+    /// failure is not cached.
+    #[allow(clippy::too_many_arguments)]
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn get_spirv(
+        &mut self,
+        device: &wgpu::Device,
+        wgsl: &str,
+        name: &str,
+        edits: super::spirv::Edits,
+        lang: (u8, u8),
+        trusted: bool,
+        debug: u32,
+        stats: &mut Stats,
+    ) -> Result<Arc<Compiled>> {
+        let key = format!("// spirv {edits:?}\n{wgsl}");
+        if let Some(p) = self.cache.get(&key) {
+            stats.pipeline_cache_hits += 1;
+            return Ok(p.clone());
+        }
+        let failed = |message: String| Error::KernelCompile { kernel: name.to_string(), message };
+        let module = super::spirv::compile(wgsl, edits, lang, trusted).map_err(failed)?;
+        if debug >= 2 {
+            eprintln!("lazor: compiling kernel {name} through SPIR-V ({edits:?}):\n{wgsl}");
+        }
+        let scopes = Scopes::push(device);
+        let layout = device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(name), entries: &module.entries });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(name),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let (x, y, z) = (module.workgroup[0], module.workgroup[1], module.workgroup[2]);
+        let entry = [wgpu::PassthroughShaderEntryPoint { name: "main".into(), workgroup_size: (x, y, z) }];
+        let desc = wgpu::ShaderModuleDescriptorPassthrough {
+            label: Some(name),
+            entry_points: entry[..].into(),
+            spirv: Some(module.words.into()),
+            ..Default::default()
+        };
+        // SAFETY: the words are naga's SPIR-V of a WGSL kernel naga validated, with bounds checks unless `trusted`
+        // (the caller's promise, as for `get`), edited only by `spirv::patch`, which retypes or decorates and
+        // refuses modules it does not recognise. The layout is derived from the same module's bindings (group 0,
+        // dense from 0, each a buffer of the access the kernel declares), so every binding the shader reads is
+        // bound with the type it declares. The entry point is `main`, the one every kernel has.
+        let module = unsafe { device.create_shader_module_passthrough(desc) };
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(name),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: self.disk.as_ref().map(|d| &d.cache),
+        });
+        scopes.pop().map_err(|e| failed(e.to_string()))?;
+        stats.pipelines_compiled += 1;
+        let compiled = Arc::new(Compiled { pipeline, layout, spirv: true });
+        self.cache.insert(key, compiled.clone());
         Ok(compiled)
     }
 }

@@ -335,7 +335,7 @@ mod tests {
         let runs = dispatches(&p.kernels);
         assert!(runs.iter().filter(|r| r.len() == 2).count() >= 2, "pairs joined: {runs:?}");
         for subgroups in [false, true] {
-            let target = Target { subgroups, f16: false, coop: false };
+            let target = Target { subgroups, ..Default::default() };
             for run in runs.iter().filter(|r| r.len() > 1) {
                 let members = &p.kernels[run.clone()];
                 let sources: Vec<String> =

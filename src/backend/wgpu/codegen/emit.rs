@@ -496,9 +496,11 @@ impl<'a> Emitter<'a> {
                 _ => false,
             })
             .collect();
+        let mut b = Builder::new(k.width);
+        b.int64 = target.int64;
         let mut e = Emitter {
             k,
-            b: Builder::new(k.width),
+            b,
             out: String::with_capacity(512 + 64 * k.body.len()),
             wide: k.width == 4,
             cat_starts,

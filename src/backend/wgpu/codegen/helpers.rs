@@ -4,6 +4,23 @@ use crate::op::{Helper, ERF_SMALL, ERF_SPLIT, ERF_TAIL};
 use std::sync::OnceLock;
 
 /// Helper functions by name. They pin down IEEE behaviour and Rust's conversion rules that WGSL leaves open.
+/// The high word of a 32 x 32-bit product where WGSL has no 64-bit integers: assembled from 16-bit halves.
+pub(super) const MULHI: &str = "fn lz_mulhi(a: u32, b: u32) -> u32 {
+    let al = a & 0xffffu;
+    let ah = a >> 16u;
+    let bl = b & 0xffffu;
+    let bh = b >> 16u;
+    let lh = al * bh;
+    let hl = ah * bl;
+    let mid = ((al * bl) >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+    return ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
+}
+";
+
+/// The same with 64-bit integers (`wgpu::Features::SHADER_INT64`): one wide multiply.
+pub(super) const MULHI_64: &str = "fn lz_mulhi(a: u32, b: u32) -> u32 { return u32((u64(a) * u64(b)) >> 32u); }
+";
+
 pub(super) fn helper_source(h: Helper) -> &'static str {
     match h {
         Helper::Bits => "fn lz_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
@@ -164,20 +181,10 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
 }
 "
         }
-        // `src/random.rs` is the definition; this is the same arithmetic. WGSL has no 64-bit integers, so the high
-        // word of a 32 x 32-bit product is assembled from 16-bit halves.
+        // `src/philox.rs` is the definition; this is the same arithmetic, with `lz_mulhi` ([`MULHI`] or
+        // [`MULHI_64`]) before it.
         Helper::Philox => {
-            "fn lz_mulhi(a: u32, b: u32) -> u32 {
-    let al = a & 0xffffu;
-    let ah = a >> 16u;
-    let bl = b & 0xffffu;
-    let bh = b >> 16u;
-    let lh = al * bh;
-    let hl = ah * bl;
-    let mid = ((al * bl) >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
-fn lz_philox(x: u32, k0: u32, k1: u32) -> vec4<u32> {
+            "fn lz_philox(x: u32, k0: u32, k1: u32) -> vec4<u32> {
     var c = vec4<u32>(x, 0u, 0u, 0u);
     var k = vec2<u32>(k0, k1);
     for (var r = 0u; r < 10u; r = r + 1u) {

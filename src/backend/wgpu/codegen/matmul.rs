@@ -117,7 +117,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let quad = quad_stores(k, &mm, target);
     let store4 = store_functions(&mut e, mm.b_end, row, col, quad);
     if let Some((_, fm, fn_)) = layout {
-        e.out.push_str(&coop_body(fm, fn_, mm.a_along_k, mm.b_along_k));
+        e.out.push_str(&coop_body(fm, fn_, mm.a_along_k, mm.b_along_k, k.types[mm.a] == DType::BF16));
     } else if let Some(thin) = mm.thin {
         let mut puts = String::new();
         for j in 0..thin.narrow {
@@ -245,6 +245,9 @@ fn octets(e: &mut Emitter, op: &Operand) {
     let (row, col) = (rank - 2, rank - 1);
     let name = op.name();
     let (ex, ey, flat) = op.extents();
+    // The operands' type: f16, or bf16 on the SPIR-V path (`coop_body`).
+    let half = e.k.types[op.value];
+    let bf16 = half == DType::BF16;
     // The coordinates of element t of the octet.
     let (xt, yt) = if op.along { ("x", "y + t") } else { ("x + t", "y") };
     match op.direct {
@@ -274,8 +277,13 @@ fn octets(e: &mut Emitter, op: &Operand) {
             e.line(1, "for (var t = 0u; t < 8u; t++) {");
             e.line(2, &format!("if ({xt} < {ex} && {yt} < {ey}) {{"));
             e.line(3, &format!("let q = index_{name}({xt}, {yt}, base, size);"));
-            e.line(3, &format!("let pair = unpack2x16float(i{input}[q / 8u][(q / 2u) % 4u]);"));
-            e.line(3, "h[t] = select(pair.x, pair.y, q % 2u == 1u);");
+            if bf16 {
+                e.line(3, &format!("let w = i{input}[q / 8u][(q / 2u) % 4u];"));
+                e.line(3, "h[t] = bitcast<f32>(select(w << 16u, w & 0xffff0000u, q % 2u == 1u));");
+            } else {
+                e.line(3, &format!("let pair = unpack2x16float(i{input}[q / 8u][(q / 2u) % 4u]);"));
+                e.line(3, "h[t] = select(pair.x, pair.y, q % 2u == 1u);");
+            }
             e.line(2, "}");
             e.line(1, "}");
         }
@@ -286,23 +294,33 @@ fn octets(e: &mut Emitter, op: &Operand) {
             e.line(1, "for (var t = 0u; t < 8u; t++) {");
             e.line(2, &format!("let xt = {xt};\n        let yt = {yt};"));
             // Rounded here, by bits: pack2x16float's rounding is the implementation's.
-            let value = e.b.round(DType::F16, format!("load_{name}(xt, yt, {})", flat("xt", "yt")));
+            let value = e.b.round(half, format!("load_{name}(xt, yt, {})", flat("xt", "yt")));
             e.line(2, &format!("if (xt < {ex} && yt < {ey}) {{ h[t] = {value}; }}"));
             e.line(1, "}");
         }
     }
-    e.line(
-        1,
-        "return vec4<u32>(pack2x16float(vec2<f32>(h[0], h[1])), pack2x16float(vec2<f32>(h[2], h[3])), \
-         pack2x16float(vec2<f32>(h[4], h[5])), pack2x16float(vec2<f32>(h[6], h[7])));",
-    );
+    if bf16 {
+        // Each value is a bf16 already (read from one, or rounded to one): its high half is the bits.
+        let pair = |i: usize| format!("(bitcast<u32>(h[{i}]) >> 16u) | (bitcast<u32>(h[{}]) & 0xffff0000u)", i + 1);
+        e.line(1, &format!("return vec4<u32>({}, {}, {}, {});", pair(0), pair(2), pair(4), pair(6)));
+    } else {
+        e.line(
+            1,
+            "return vec4<u32>(pack2x16float(vec2<f32>(h[0], h[1])), pack2x16float(vec2<f32>(h[2], h[3])), \
+             pack2x16float(vec2<f32>(h[4], h[5])), pack2x16float(vec2<f32>(h[6], h[7])));",
+        );
+    }
     e.line(0, "}");
 }
 
 /// The tensor-core skeleton with its unrolled parts filled in: one accumulator per fragment, the fragment loads and
 /// products of one 16-step of k, and the epilogue of each accumulator. A slab stored along k holds A row-major
 /// (`coopLoadT`) and B column-major (`coopLoad`); the other way round otherwise.
-fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool) -> String {
+///
+/// With `bf16` the octets hold bf16 bits, widened to f32 exactly and converted to the slabs' `f16`: the SPIR-V path
+/// retypes every f16 of the module to bf16 (`spirv::Edits::bf16`), so the slabs, fragments and products are bf16
+/// there and the conversion is exact. As WGSL such a kernel would round bf16 values to f16; it never runs so.
+fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool, bf16: bool) -> String {
     let mut acc = String::new();
     let mut mul = String::new();
     let mut epi = String::new();
@@ -335,7 +353,14 @@ fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool) -> String {
             );
         }
     }
-    COOP_SKELETON.replace("/*ACCUMULATORS*/", &acc).replace("/*MULTIPLY*/", &mul).replace("/*EPILOGUE*/", &epi)
+    let skeleton =
+        COOP_SKELETON.replace("/*ACCUMULATORS*/", &acc).replace("/*MULTIPLY*/", &mul).replace("/*EPILOGUE*/", &epi);
+    if !bf16 {
+        return skeleton;
+    }
+    let unpack = "let pair = unpack2x16float(v[w]);";
+    debug_assert_eq!(skeleton.matches(unpack).count(), 2, "both slab stores unpack");
+    skeleton.replace(unpack, "let pair = vec2<f32>(bitcast<f32>(v[w] << 16u), bitcast<f32>(v[w] & 0xffff0000u));")
 }
 
 #[cfg(test)]
@@ -385,7 +410,7 @@ mod tests {
 
     #[test]
     fn the_tensor_core_kernel_is_valid_wgsl_for_every_layout() {
-        let coop = Target { subgroups: true, f16: true, coop: true };
+        let coop = Target { subgroups: true, f16: true, coop: true, ..Default::default() };
         for (m, k, n) in [(4096, 4096, 4096), (200, 72, 100), (64, 33, 64)] {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 let kernel = f16_product(m, k, n, ta, tb);
@@ -411,7 +436,7 @@ mod tests {
 
     #[test]
     fn only_f16_products_use_tensor_cores() {
-        let coop = Target { subgroups: true, f16: true, coop: true };
+        let coop = Target { subgroups: true, f16: true, coop: true, ..Default::default() };
         let mut kernel = f16_product(256, 256, 256, false, false);
         let Kind::Matmul(mm) = kernel.kind else { panic!("a matmul kernel") };
         assert!(!uses_coop(&kernel, &mm, &Target { f16: false, ..coop }), "packed f16 has no f16 slabs");

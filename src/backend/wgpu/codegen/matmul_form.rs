@@ -41,13 +41,15 @@ pub(crate) fn coop_bytes(mm: &Matmul) -> u32 {
     2 * (pa * la + pb * lb) + 8 * 256 * 4
 }
 
-/// Whether `k` runs on the tensor cores for `target`: both operands are f16, and the block splits over 8 subgroups
+/// Whether `k` runs on the tensor cores for `target`: both operands are f16 (or bf16 where the SPIR-V path runs
+/// them: [`Target::bf16_coop`]), and the block splits over 8 subgroups
 /// and fits in workgroup memory (a forced `LAZOR_MATMUL_TILE` may not).
 pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
+    let half = |t: DType| t == DType::F16 || (t == DType::BF16 && target.bf16_coop);
     target.coop
         && target.f16
-        && k.types[mm.a] == DType::F16
-        && k.types[mm.b] == DType::F16
+        && half(k.types[mm.a])
+        && k.types[mm.b] == k.types[mm.a]
         && coop_layout(mm.tile.bm, mm.tile.bn).is_some()
         && coop_bytes(mm) <= COOP_WORKGROUP_BYTES
         && mm.tri == Tri::Full

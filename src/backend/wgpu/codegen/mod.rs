@@ -13,6 +13,8 @@ mod matmul_form;
 mod matmul_stores;
 mod matmul_tri;
 mod online;
+#[cfg(test)]
+pub(crate) use matmul_form::uses_coop;
 pub(crate) use matmul_form::COOP_WORKGROUP_BYTES;
 #[cfg(test)]
 pub(crate) use reduce::COLUMN_UNROLL;
@@ -67,11 +69,21 @@ pub(crate) struct Builder {
     f16: bool,
     /// Whether the shader uses cooperative matrices.
     coop: bool,
+    /// Whether it may use 64-bit integers ([`Target::int64`]).
+    pub int64: bool,
 }
 
 impl Builder {
     pub fn new(width: usize) -> Builder {
-        Builder { width, wide_used: width == 4, decls: String::new(), helpers: Vec::new(), f16: false, coop: false }
+        Builder {
+            width,
+            wide_used: width == 4,
+            decls: String::new(),
+            helpers: Vec::new(),
+            f16: false,
+            coop: false,
+            int64: false,
+        }
     }
 
     /// Enables the `f16` extension.
@@ -223,6 +235,9 @@ impl Builder {
             if !self.helpers.contains(&h) {
                 continue;
             }
+            if h == Helper::Philox {
+                s.push_str(if self.int64 { helpers::MULHI_64 } else { helpers::MULHI });
+            }
             s.push_str(helper_source(h));
             if !self.wide_used || matches!(h, Helper::Philox | Helper::RandX4 | Helper::RandnX4) {
                 continue;
@@ -266,6 +281,35 @@ pub struct Target {
     /// Cooperative matrices with a 16 x 16 x 16 f16 shape accumulating in f32, on subgroups of 32: f16 matmuls run
     /// on the tensor cores (`kernels/matmul_coop.wgsl`).
     pub coop: bool,
+    /// bf16 products on the tensor cores too, through the SPIR-V path (`spirv::Edits::bf16`): the tensor-core
+    /// kernel stages bf16 bits in its f16 slabs, retyped to bf16 in its SPIR-V. Only with `coop`.
+    pub bf16_coop: bool,
+    /// 64-bit integers (`wgpu::Features::SHADER_INT64`): the random generator's high-word multiply is one
+    /// instruction.
+    pub int64: bool,
+}
+
+/// What the SPIR-V path must do to a dispatch's module (`spirv::Edits`), or `None` where it is WGSL's: a
+/// tensor-core product of bf16 operands always goes that way (its source means nothing as WGSL), random numbers
+/// go that way to be rounded as written, and `all` sends every kernel.
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+pub fn edits(
+    members: &[Kernel],
+    target: &Target,
+    mode: crate::backend::wgpu::spirv::Mode,
+) -> Option<crate::backend::wgpu::spirv::Edits> {
+    use crate::backend::wgpu::spirv::{Edits, Mode};
+    let bf16 = members.iter().any(|k| match k.kind {
+        Kind::Matmul(mm) => matmul_form::uses_coop(k, &mm, target) && k.types[mm.a] == DType::BF16,
+        _ => false,
+    });
+    let exact = mode != Mode::Off
+        && members.iter().any(|k| k.body.iter().any(|i| matches!(i, crate::kernel::Instr::Random(..))));
+    match (bf16 || exact, mode) {
+        (true, _) => Some(Edits { bf16, exact }),
+        (false, Mode::All) => Some(Edits::default()),
+        (false, _) => None,
+    }
 }
 
 /// The WGSL source of `kernel` for `target`. Bindings: 0 parameters, then outputs, then inputs.
@@ -429,7 +473,7 @@ mod tests {
     #[test]
     fn wide_rows_kernels_hold_the_row_in_registers_when_it_fits() {
         for subgroups in [false, true] {
-            let target = Target { subgroups, f16: false, coop: false };
+            let target = Target { subgroups, ..Default::default() };
             let wide = softmax_wgsl(256, &[], &target);
             validate(&wide);
             assert!(wide.contains("var rc0: array<vec4<f32>, 4>;"), "{wide}");
