@@ -441,6 +441,12 @@ fn the_parity_check_passes_on_a_faithful_file_and_fails_on_a_wrong_one() {
     let good = write("expected.safetensors", &logits);
     assert!(good.passes(DType::F32), "{good:?}");
     assert_eq!((good.cached_match, good.uncached_match, good.cache_agrees), (steps, steps, true));
+    assert!(good.cache_rel < 1e-5, "the cache against the whole sequence: {good:?}");
+    // In bf16 the same file passes on the half tolerances: the cache checked on one sequence, tokens reported.
+    let half = gpt2::Gpt2::load(&dir, Some(DType::BF16), &dev).unwrap();
+    let report = parity::check(&half, &parity::Expected::read(&dir.join("expected.safetensors")).unwrap()).unwrap();
+    assert!(report.cache_rel > 0.0 && report.cache_rel <= parity::tolerance(DType::BF16), "{report:?}");
+    assert!(report.passes(DType::BF16), "{report:?}");
     let shifted: Vec<f32> = logits.iter().map(|x| x * 1.01).collect();
     let bad = write("wrong.safetensors", &shifted);
     assert!(!bad.passes(DType::F32), "{bad:?}");
