@@ -45,7 +45,10 @@ pub(crate) fn coop_bytes(mm: &Matmul) -> u32 {
 /// them: [`Target::bf16_coop`]), and the block splits over 8 subgroups
 /// and fits in workgroup memory (a forced `LAZOR_MATMUL_TILE` may not).
 pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
-    let half = |t: DType| t == DType::F16 || (t == DType::BF16 && target.bf16_coop);
+    // bf16 runs as f16 retyped to bf16 (`spirv::Edits::bf16`): every f16 of the kernel would be retyped with it,
+    // so a kernel that also has f16 values (an f16 output, input or cast) stays tiled.
+    let no_f16 = || ![&k.types[..], &k.in_types[..], &k.out_types[..]].iter().any(|ts| ts.contains(&DType::F16));
+    let half = |t: DType| t == DType::F16 || (t == DType::BF16 && target.bf16_coop && no_f16());
     target.coop
         && target.f16
         && half(k.types[mm.a])

@@ -37,6 +37,15 @@ fn bf16_products_take_the_tensor_core_kernel_only_on_the_spirv_path() {
     // Even with the path "off" in mode: its source means nothing as WGSL.
     let off = crate::backend::wgpu::codegen::edits(std::slice::from_ref(&k), &CORES, Mode::Off);
     assert_eq!(off, Some(Edits { bf16: true, exact: false }));
+    // A bf16 product with an f16 anywhere in its kernel stays tiled: the edit would retype that f16 too.
+    let mut g = Graph::default();
+    let a = g.add(NodeOp::Data(vec![0; 256 * 128 * 2]), Shape::from([256, 128]), DType::BF16);
+    let b = g.add(NodeOp::Data(vec![0; 128 * 256 * 2]), Shape::from([128, 256]), DType::BF16);
+    let p = g.add(NodeOp::Matmul(a, b, Tri::Full), Shape::from([256, 256]), DType::BF16);
+    let h = g.add(NodeOp::Cast(p), Shape::from([256, 256]), DType::F16);
+    let mixed = plan(&g, &[h], &Options::TEST).kernels[0].clone();
+    let Kind::Matmul(mm) = mixed.kind else { panic!("a product") };
+    assert!(!crate::backend::wgpu::codegen::uses_coop(&mixed, &mm, &CORES), "an f16 output keeps it tiled");
     let f16 = product(DType::F16, 256, 128, 256, None);
     assert_eq!(crate::backend::wgpu::codegen::edits(&[f16], &CORES, Mode::Hot), None, "f16 stays on WGSL");
 }
