@@ -333,7 +333,7 @@ impl Emitter<'_> {
                 // Clamped, so that the load stays in bounds even where its value is not taken.
                 self.line(depth, &format!("let x{n} = u32(t{base} + clamp(t{index}, 0, {extent} - 1) * {stride});"));
                 let value = self.elem(*input, &format!("x{n}"));
-                format!("select({ty}(0), {value}, t{index} >= 0 && t{index} < {extent})")
+                format!("select({ty}(0), {value}, (t{index} >= 0) & (t{index} < {extent}))")
             }
             Instr::Reduced => "folded".to_string(),
             Instr::Folded(f) if wide => format!("{ty}(f{f})"),

@@ -3,7 +3,6 @@
 use crate::op::{Helper, ERF_SMALL, ERF_SPLIT, ERF_TAIL};
 use std::sync::OnceLock;
 
-/// Helper functions by name. They pin down IEEE behaviour and Rust's conversion rules that WGSL leaves open.
 /// The high word of a 32 x 32-bit product where WGSL has no 64-bit integers: assembled from 16-bit halves.
 pub(super) const MULHI: &str = "fn lz_mulhi(a: u32, b: u32) -> u32 {
     let al = a & 0xffffu;
@@ -21,16 +20,23 @@ pub(super) const MULHI: &str = "fn lz_mulhi(a: u32, b: u32) -> u32 {
 pub(super) const MULHI_64: &str = "fn lz_mulhi(a: u32, b: u32) -> u32 { return u32((u64(a) * u64(b)) >> 32u); }
 ";
 
+/// Helper functions by name. They pin down IEEE behaviour and Rust's conversion rules that WGSL leaves open.
+///
+/// Their conditions combine with `|` and `&`, never `||` or `&&`: WGSL's short-circuit operators are control flow
+/// (Chrome's compiler emits a branch and a merge for each), and a fold inlines a helper into every unrolled step
+/// and lane. A few dozen of them made Chromium's WebGPU on SwiftShader compile for two minutes and then lose its
+/// GPU process: `lz_cos_turn`'s `qi == 1u || qi == 2u` in a min/max fold of `randn`, `lz_log1p`'s guard in the
+/// sum of `binary_cross_entropy_with_logits`. With `|` both compile in under a second.
 pub(super) fn helper_source(h: Helper) -> &'static str {
     match h {
         Helper::Bits => "fn lz_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n",
         // Bit test: `x != x` may be folded away by compilers that assume no NaNs.
         Helper::IsNan => "fn lz_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }\n",
         Helper::Max => {
-            "fn lz_max(a: f32, b: f32) -> f32 { return select(max(a, b), a + b, lz_isnan(a) || lz_isnan(b)); }\n"
+            "fn lz_max(a: f32, b: f32) -> f32 { return select(max(a, b), a + b, lz_isnan(a) | lz_isnan(b)); }\n"
         }
         Helper::Min => {
-            "fn lz_min(a: f32, b: f32) -> f32 { return select(min(a, b), a + b, lz_isnan(a) || lz_isnan(b)); }\n"
+            "fn lz_min(a: f32, b: f32) -> f32 { return select(min(a, b), a + b, lz_isnan(a) | lz_isnan(b)); }\n"
         }
         // Rust's powf: x^0 = 1 and 1^y = 1 even for NaN; a negative base needs an integer exponent, whose parity
         // gives the sign; zeros and infinities follow IEEE pow. WGSL's pow is only defined for finite x > 0, and
@@ -38,15 +44,15 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
         // instead, exact wherever the products are, as libm's pow is.
         Helper::Pow => {
             "fn lz_pow(x: f32, y: f32) -> f32 {
-    if (y == 0.0 || x == 1.0) { return 1.0; }
-    if (lz_isnan(x) || lz_isnan(y)) { return x + y; }
+    if ((y == 0.0) | (x == 1.0)) { return 1.0; }
+    if (lz_isnan(x) | lz_isnan(y)) { return x + y; }
     let big = lz_bits(0x7f800000u);
     let ax = abs(x);
     let ay = abs(y);
-    let integer = ay >= 16777216.0 || fract(ay) == 0.0;
-    let odd = ay < 16777216.0 && fract(ay) == 0.0 && (ay % 2.0) == 1.0;
+    let integer = (ay >= 16777216.0) | (fract(ay) == 0.0);
+    let odd = (ay < 16777216.0) & (fract(ay) == 0.0) & ((ay % 2.0) == 1.0);
     var m = pow(ax, y);
-    if (ay <= 4.0 && fract(ay) == 0.0) {
+    if ((ay <= 4.0) & (fract(ay) == 0.0)) {
         let sq = ax * ax;
         var p = ax;
         if (ay == 2.0) { p = sq; } else if (ay == 3.0) { p = sq * ax; } else if (ay == 4.0) { p = sq * sq; }
@@ -60,7 +66,7 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
     }
     if ((bitcast<u32>(x) & 0x80000000u) != 0u) {
         if (odd) { return -m; }
-        if (!integer && ax != 0.0 && ax != big) { return lz_bits(0x7fc00000u); }
+        if (!integer & (ax != 0.0) & (ax != big)) { return lz_bits(0x7fc00000u); }
     }
     return m;
 }
@@ -74,7 +80,7 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
         Helper::Log1p => {
             "fn lz_log1p(x: f32) -> f32 {
     let bits = bitcast<u32>(x);
-    if (lz_isnan(x) || bits == 0x7f800000u || abs(x) < 5.9604645e-8) { return x; }
+    if (lz_isnan(x) | (bits == 0x7f800000u) | (abs(x) < 5.9604645e-8)) { return x; }
     if (x <= -1.0) { return select(lz_bits(0x7fc00000u), lz_bits(0xff800000u), x == -1.0); }
     let iu = bitcast<u32>(1.0 + x) + 0x004afb0du;
     let k = i32(iu >> 23u) - 127;
@@ -98,7 +104,7 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
         // Within 2 ulp of libm (measured on lavapipe); tiny x (and -0) is its own value.
         Helper::Expm1 => {
             "fn lz_expm1(x: f32) -> f32 {
-    if (lz_isnan(x) || abs(x) < 2.9802322e-8) { return x; }
+    if (lz_isnan(x) | (abs(x) < 2.9802322e-8)) { return x; }
     if (x > 88.72284) { return lz_bits(0x7f800000u); }
     if (x < -17.5) { return -1.0; }
     let n = round(x * 1.442695);
@@ -122,7 +128,7 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
             "fn lz_sign(x: f32) -> f32 {
     let b = bitcast<u32>(x);
     let a = b & 0x7fffffffu;
-    if (a == 0u || a > 0x7f800000u) { return x; }
+    if ((a == 0u) | (a > 0x7f800000u)) { return x; }
     return bitcast<f32>((b & 0x80000000u) | 0x3f800000u);
 }
 "
@@ -211,8 +217,8 @@ fn lz_u01(w: u32) -> f32 { return f32(w >> 8u) * 5.9604645e-8; }
 }
 "
         }
-        // ln and cos from `+ - * /` as `ln_unit` and `cos_turn` in `src/random.rs`: WGSL's `log` and `cos` only
-        // promise an absolute error, which near their zeros is many ulp.
+        // ln and cos from `+ - * /` as `ln_unit` and `cos_turn` in `src/philox.rs`: WGSL's `log` and `cos` only
+        // promise an absolute error, which near their zeros is many ulp. `qi - 1u < 2u`: quadrant 1 or 2.
         Helper::Randn => {
             "fn lz_ln_unit(u: f32) -> f32 {
     let bits = bitcast<u32>(u);
@@ -241,7 +247,7 @@ fn lz_cos_turn(u: f32) -> f32 {
     let cs = 1.0 + a2 * (-0.5 + a2 * (0.041666668 + a2 * (-0.0013888889 + a2 * (2.4801588e-5 + a2 * -2.755732e-7))));
     let qi = u32(q);
     let v = select(cs, sn, ((qi & 1u) == 1u) != swap);
-    return select(v, -v, qi == 1u || qi == 2u);
+    return select(v, -v, qi - 1u < 2u);
 }
 fn lz_box_muller(a: u32, b: u32) -> f32 {
     let u1 = f32((a >> 8u) + 1u) * 5.9604645e-8;

@@ -471,6 +471,14 @@ mod tests {
     }
 
     #[test]
+    fn helpers_combine_conditions_without_short_circuits() {
+        for &h in Helper::ALL {
+            let src = helper_source(h);
+            assert!(!src.contains("||") && !src.contains("&&"), "{h:?}: `|` and `&`, not branches\n{src}");
+        }
+    }
+
+    #[test]
     fn wide_rows_kernels_hold_the_row_in_registers_when_it_fits() {
         for subgroups in [false, true] {
             let target = Target { subgroups, ..Default::default() };
