@@ -278,7 +278,11 @@ impl Gpu {
                 if hardware_only { "hardware only, " } else { "" }
             )));
         };
-        let info = adapter.get_info();
+        let mut info = adapter.get_info();
+        if info.name.is_empty() {
+            // Browsers may keep the adapter's description to themselves (Chrome does by default).
+            info.name = "WebGPU adapter".into();
+        }
         let memory = device_memory(&adapter);
         // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB, far below real GPUs.
         let limits = adapter.limits();
