@@ -6,7 +6,7 @@ import init, { run_suite } from './pkg/lazor_web.js';
 const log = document.getElementById('log');
 const lines = [];
 const say = (s) => { lines.push(s); log.textContent = lines.join('\n'); };
-const suite = (window.__lazorSuite = { done: false, results: [], error: null });
+const suite = (window.__lazorSuite = { done: false, results: [], opened: [], error: null });
 
 // Each kernel's WGSL through the browser's compiler: errors fail, warnings are listed (Tint warns where naga did not).
 async function compileAll(backend, kernels) {
@@ -20,39 +20,51 @@ async function compileAll(backend, kernels) {
   } });
   const out = [];
   for (const k of kernels) {
-    device.pushErrorScope('validation');
-    const module = device.createShaderModule({ code: k.wgsl, label: k.name });
-    const info = await module.getCompilationInfo();
-    const errors = info.messages.filter((m) => m.type === 'error');
-    const warnings = info.messages.filter((m) => m.type === 'warning');
-    let pipeline = null;
-    if (!errors.length) {
-      try {
-        await device.createComputePipelineAsync({ layout: 'auto', compute: { module, entryPoint: 'main' } });
-      } catch (e) {
-        pipeline = String(e.message || e);
-      }
+    try {
+      out.push(await compileOne(device, backend, k));
+    } catch (e) {
+      out.push({ name: `${backend}: WGSL of ${k.name}`, ok: false, detail: `compiling threw: ${e.message || e}`, ms: 0 });
     }
-    const scope = await device.popErrorScope();
-    const text = (m) => `${m.lineNum}:${m.linePos} ${m.message}`;
-    const problems = [...errors.map(text), ...(pipeline ? [pipeline] : []), ...(scope ? [scope.message] : [])];
-    out.push({
-      name: `${backend}: WGSL of ${k.name}`,
-      ok: problems.length === 0,
-      detail: problems.length ? problems.join('; ') : warnings.length ? `warnings: ${warnings.map(text).join('; ')}` : 'compiles',
-      ms: 0,
-    });
   }
   device.destroy();
   return out;
 }
 
+async function compileOne(device, backend, k) {
+  console.debug(`compile: ${backend}: ${k.name}`);
+  const start = performance.now();
+  device.pushErrorScope('validation');
+  const module = device.createShaderModule({ code: k.wgsl, label: k.name });
+  const info = await module.getCompilationInfo();
+  const errors = info.messages.filter((m) => m.type === 'error');
+  const warnings = info.messages.filter((m) => m.type === 'warning');
+  let pipeline = null;
+  if (!errors.length) {
+    try {
+      await device.createComputePipelineAsync({ layout: 'auto', compute: { module, entryPoint: 'main' } });
+    } catch (e) {
+      pipeline = String(e.message || e);
+    }
+  }
+  const scope = await device.popErrorScope();
+  const text = (m) => `${m.lineNum}:${m.linePos} ${m.message}`;
+  const problems = [...errors.map(text), ...(pipeline ? [pipeline] : []), ...(scope ? [scope.message] : [])];
+  return {
+    name: `${backend}: WGSL of ${k.name}`,
+    ok: problems.length === 0,
+    detail: problems.length ? problems.join('; ') : warnings.length ? `warnings: ${warnings.map(text).join('; ')}` : 'compiles',
+    ms: performance.now() - start,
+  };
+}
+
 try {
   await init();
-  const asked = new URLSearchParams(location.search).get('backend');
+  const query = new URLSearchParams(location.search);
+  const asked = query.get('backend');
   for (const backend of asked ? [asked] : ['webgpu', 'cpu']) {
-    const r = await run_suite(backend);
+    const r = await run_suite(backend, query.get('filter') || '');
     say(`== ${backend}: ${r.device}`);
+    if (r.device !== 'none') suite.opened.push(backend);
     const compiled = await compileAll(backend, r.wgsl);
     for (const t of [...r.results, ...compiled]) {
       suite.results.push({ backend, ...t });

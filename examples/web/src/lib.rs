@@ -7,6 +7,7 @@ mod data;
 mod playground;
 mod suite;
 mod train;
+mod zoo;
 
 use lazor::Device;
 use std::cell::RefCell;
@@ -51,9 +52,8 @@ fn describe(dev: &Device) -> String {
     if dev.is_cpu() {
         return dev.name();
     }
-    let info = dev.adapter_info();
-    let name = if info.name.is_empty() { "WebGPU adapter".to_string() } else { info.name };
-    format!("{name} (WebGPU; native f16: {}, subgroups: {})", dev.native_f16(), dev.subgroups())
+    let (f16, subgroups) = dev.wgpu().map_or((false, false), |w| (w.native_f16(), w.subgroups()));
+    format!("{} (WebGPU; native f16: {f16}, subgroups: {subgroups})", dev.adapter_name())
 }
 
 /// The device [`open`] chose.

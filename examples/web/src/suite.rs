@@ -16,11 +16,12 @@ use wasm_bindgen::prelude::*;
 
 type Outcome = Result<String, String>;
 
-/// What a test gets: the device, and where it notes the WGSL of what it realizes.
+/// What a test gets: the device, where it notes the WGSL of what it realizes, and the filter of the run.
 #[derive(Clone)]
 struct Cx {
     dev: Device,
     wgsl: Rc<RefCell<Vec<(String, String)>>>,
+    filter: Rc<str>,
 }
 
 impl Cx {
@@ -62,6 +63,7 @@ fn close(what: &str, got: &[f32], want: &[f32], tol: f32) -> Result<(), String> 
 
 /// `t` on the device against the reference interpreter, and the dispatches its realize ran.
 async fn against_reference(cx: &Cx, what: &str, t: &Tensor, tol: f32) -> Result<u64, String> {
+    web_sys::console::debug_1(&format!("suite: checking {what}").into());
     cx.note(&[t]);
     let want = lazor::reference::eval_async(&[t]).await.remove(0);
     let before = cx.dispatches();
@@ -82,8 +84,9 @@ async fn elementwise_fusion(cx: Cx) -> Outcome {
     let n = against_reference(&cx, "((exp(x) + 1) * y).relu() - tanh(x) / 2", &z, 1e-5).await?;
     check(n == 1, || format!("the chain of 7 ops over a broadcast ran {n} kernels, want 1"))?;
     let w = (x.sigmoid() * x.gelu()).sqrt().maximum(&(y.sin() * 0.5));
-    // Transcendentals are as precise as the device's: SwiftShader's sin is off by about 2e-5.
-    let n = against_reference(&cx, "sqrt(sigmoid(x) gelu(x)) max sin(y) / 2", &w, 1e-4).await?;
+    // Transcendentals are as precise as the device's: WGSL promises `sin` only to 2^-11 absolute on [-pi, pi]
+    // (SwiftShader's is up to 2e-4 off), halved here.
+    let n = against_reference(&cx, "sqrt(sigmoid(x) gelu(x)) max sin(y) / 2", &w, 3e-4).await?;
     check(n == 1, || format!("the second chain ran {n} kernels, want 1"))?;
     Ok("two chains, one kernel each".into())
 }
@@ -263,6 +266,21 @@ async fn autograd_finite_differences(cx: Cx) -> Outcome {
     Ok("3 gradients within 1e-3 of central differences".into())
 }
 
+async fn kernel_zoo(cx: Cx) -> Outcome {
+    let mut cases = crate::zoo::cases(&cx.dev);
+    if !"kernel_zoo".contains(&*cx.filter) {
+        cases.retain(|(what, _, _)| what.contains(&*cx.filter));
+    }
+    let mut failed = Vec::new();
+    for (what, t, tol) in &cases {
+        if let Err(e) = against_reference(&cx, what, t, *tol).await {
+            failed.push(e);
+        }
+    }
+    check(failed.is_empty(), || format!("{} of {} failed: {}", failed.len(), cases.len(), failed.join("; ")))?;
+    Ok(format!("{} kinds of kernel match the reference", cases.len()))
+}
+
 async fn half_precision(cx: Cx) -> Outcome {
     let x = Tensor::randn_on([301], 14, &cx.dev);
     let h = x.to_dtype(DType::F16);
@@ -271,7 +289,11 @@ async fn half_precision(cx: Cx) -> Outcome {
     against_reference(&cx, "f16 arithmetic", &y, 1e-3).await?;
     let back = h.to_vec_as_async::<lazor::half::f16>().await.map_err(err)?;
     check(back.len() == 301, || format!("read {} f16 values, want 301", back.len()))?;
-    Ok(format!("f16 bound {}", if cx.dev.native_f16() { "natively" } else { "packed two to a word" }))
+    Ok(match cx.dev.wgpu().map(|w| w.native_f16()) {
+        None => "f16 in its own bits on the CPU backend".into(),
+        Some(true) => "f16 bound natively (shader-f16)".into(),
+        Some(false) => "f16 packed two to a word (no shader-f16)".into(),
+    })
 }
 
 async fn grouped_dispatches(cx: Cx) -> Outcome {
@@ -341,11 +363,12 @@ macro_rules! tests {
     };
 }
 
-/// Runs the suite on `backend` (`"webgpu"` or `"cpu"`). Resolves to `{ device, results: [{ name, ok, detail, ms }],
+/// Runs the suite on `backend` (`"webgpu"` or `"cpu"`): the tests whose name contains `filter`, or the cases of
+/// the kernel zoo whose name does (empty: everything). Resolves to `{ device, results: [{ name, ok, detail, ms }],
 /// wgsl: [{ name, wgsl }] }`: every test's outcome, and the WGSL of every kernel the tests ran, for the driver to
 /// compile with the browser's own shader compiler.
 #[wasm_bindgen]
-pub fn run_suite(backend: String) -> js_sys::Promise {
+pub fn run_suite(backend: String, filter: String) -> js_sys::Promise {
     wasm_bindgen_futures::future_to_promise(async move {
         let results = js_sys::Array::new();
         let out = js_sys::Object::new();
@@ -374,7 +397,9 @@ pub fn run_suite(backend: String) -> js_sys::Promise {
             },
         };
         set(&out, "device", crate::describe(&dev).into())?;
-        let cx = Cx { dev, wgsl: Rc::default() };
+        let zoo_cases: Vec<&str> = crate::zoo::cases(&dev).iter().map(|c| c.0).collect();
+        let zoo_matches = zoo_cases.iter().any(|c| c.contains(&filter));
+        let cx = Cx { dev, wgsl: Rc::default(), filter: filter.as_str().into() };
         let all = tests![
             elementwise_fusion,
             views,
@@ -382,12 +407,17 @@ pub fn run_suite(backend: String) -> js_sys::Promise {
             matmul,
             training_step,
             autograd_finite_differences,
+            kernel_zoo,
             half_precision,
             grouped_dispatches,
             async_api,
         ];
         for (name, test) in all {
+            if !(name.contains(&filter) || name == "kernel_zoo" && zoo_matches) {
+                continue;
+            }
             let start = js_sys::Date::now();
+            web_sys::console::debug_1(&format!("suite: {backend}: {name}").into());
             let outcome = test(cx.clone()).await;
             // An error WebGPU reported while the test ran shows at the next call; catch it here, on this test.
             let outcome = match (outcome, cx.dev.synchronize_async().await) {
