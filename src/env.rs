@@ -122,3 +122,28 @@ pub fn viz_dir() -> Option<&'static PathBuf> {
 pub(crate) use std::time::Instant;
 #[cfg(target_arch = "wasm32")]
 pub(crate) use web_time::Instant;
+
+/// `LAZOR_SPIRV`: which kernels take the Vulkan backend's SPIR-V path, where the device has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpirvMode {
+    /// `0`: none; every kernel is WGSL compiled by wgpu.
+    Off,
+    /// The default (`1`): the kernels that gain by it (bf16 products on tensor cores, random numbers computed
+    /// exactly).
+    Hot,
+    /// `all`: every kernel, for testing the path on any Vulkan adapter.
+    All,
+}
+
+/// The mode `LAZOR_SPIRV` asks for; an unknown value is the default, with a warning. Read when a device opens.
+pub fn spirv_mode() -> SpirvMode {
+    match var("LAZOR_SPIRV").as_deref().map(str::trim) {
+        None | Some("1") => SpirvMode::Hot,
+        Some("0") => SpirvMode::Off,
+        Some("all") => SpirvMode::All,
+        Some(other) => {
+            eprintln!("lazor: LAZOR_SPIRV={other:?} is not 0, 1 or all; using 1");
+            SpirvMode::Hot
+        }
+    }
+}

@@ -42,7 +42,7 @@ impl WgpuBackend {
     ) -> Result<std::sync::Arc<super::pipelines::Compiled>> {
         let gpu = &self.gpu;
         #[cfg(not(target_arch = "wasm32"))]
-        if let (Some(edits), Some(lang)) = (codegen::edits(members, target, self.spirv_mode), gpu.spirv) {
+        if let (Some(edits), Some(lang)) = (codegen::edits(members, target, gpu.spirv_mode), gpu.spirv) {
             match st.pipelines.get_spirv(&gpu.device, &wgsl, name, edits, lang, trusted, debug, stats) {
                 Ok(p) => return Ok(p),
                 Err(e) => {

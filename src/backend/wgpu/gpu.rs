@@ -29,6 +29,9 @@ pub struct Gpu {
     pub bf16_coop: bool,
     /// Whether the device was created with 64-bit integers (`wgpu::Features::SHADER_INT64`).
     pub int64: bool,
+    /// Which kernels take the SPIR-V path where it is open (`LAZOR_SPIRV`, read once when the device opens).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    pub spirv_mode: super::spirv::Mode,
     /// Whether kernels whose every index is in range by construction (matmul) still get wgpu's bounds checks
     /// (`LAZOR_SHADER_CHECKS`).
     pub checked: bool,
@@ -121,19 +124,17 @@ fn tensor_cores(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
 
 /// What the SPIR-V path may use on `adapter`: its SPIR-V version, and whether bf16 products can run on its
 /// tensor cores; `None` where the path is closed (not Vulkan, or `LAZOR_SPIRV=0`).
-fn spirv_caps(adapter: &wgpu::Adapter) -> Option<((u8, u8), bool)> {
+fn spirv_caps(adapter: &wgpu::Adapter, mode: super::spirv::Mode) -> Option<((u8, u8), bool)> {
     #[cfg(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd"))]
     {
-        if super::spirv::Mode::from_env() == super::spirv::Mode::Off
-            || !adapter.features().contains(wgpu::Features::PASSTHROUGH_SHADERS)
-        {
+        if mode == super::spirv::Mode::Off || !adapter.features().contains(wgpu::Features::PASSTHROUGH_SHADERS) {
             return None;
         }
         super::spirv::vulkan::caps(adapter).map(|c| (c.lang, c.bf16_coop))
     }
     #[cfg(not(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd")))]
     {
-        let _ = adapter;
+        let _ = (adapter, mode);
         None
     }
 }
@@ -288,7 +289,8 @@ impl Gpu {
         let limits = adapter.limits();
         // A device a dropped Device left behind, where there is one: see keep.rs for why devices are kept. Its
         // device-lost flag goes with it, since the callback that sets it was installed once, at creation.
-        let spirv = spirv_caps(&adapter);
+        let spirv_mode = crate::env::spirv_mode();
+        let spirv = spirv_caps(&adapter, spirv_mode);
         let bf16_wanted = spirv.is_some_and(|(_, bf16)| bf16);
         let (device, queue, lost, bf16_coop) = match super::keep::take(&info) {
             // A kept device was opened by `request` in this process, under the same environment.
@@ -335,6 +337,7 @@ impl Gpu {
             spirv,
             bf16_coop,
             int64,
+            spirv_mode,
             checked,
             memory,
             tiles,

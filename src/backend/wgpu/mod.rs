@@ -70,9 +70,6 @@ pub(crate) struct Shared {
     bf16_coop: AtomicBool,
     /// Whether kernels use 64-bit integers: the device has `SHADER_INT64`.
     int64: AtomicBool,
-    /// Which kernels take the SPIR-V path (`LAZOR_SPIRV`), where the device has it (`Gpu::spirv`).
-    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
-    spirv_mode: spirv::Mode,
     /// Submits the submit thread keeps in flight (`LAZOR_QUEUE_DEPTH`, `Device::wgpu()?.set_queue_depth`).
     depth: AtomicUsize,
     /// Set when the backend is dropped: the submit thread ends.
@@ -133,7 +130,6 @@ impl WgpuBackend {
         let coop = AtomicBool::new(gpu.coop && !crate::env::no_coop());
         let bf16_coop = AtomicBool::new(gpu.bf16_coop && gpu.spirv.is_some());
         let int64 = AtomicBool::new(gpu.int64);
-        let spirv_mode = spirv::Mode::from_env();
         let depth = AtomicUsize::new(crate::env::queue_depth().unwrap_or(batch::DEFAULT_DEPTH));
         let pool = pool::Pool::new(crate::backend::free::budget(gpu.memory));
         let mut pipelines = pipelines::Pipelines::default();
@@ -150,18 +146,8 @@ impl WgpuBackend {
             spirv_refused: false,
         };
         let closed = AtomicBool::new(false);
-        let shared = Arc::new(Shared {
-            gpu,
-            state: Mutex::new(state),
-            subgroups,
-            f16,
-            coop,
-            bf16_coop,
-            int64,
-            spirv_mode,
-            depth,
-            closed,
-        });
+        let shared =
+            Arc::new(Shared { gpu, state: Mutex::new(state), subgroups, f16, coop, bf16_coop, int64, depth, closed });
         WgpuBackend::with_submitter(shared)
     }
 

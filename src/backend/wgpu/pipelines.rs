@@ -76,20 +76,32 @@ impl Pipelines {
         } else {
             device.create_shader_module(desc)
         };
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(name),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: self.disk.as_ref().map(|d| &d.cache),
-        });
+        let pipeline = self.pipeline(device, name, &module, None);
         scopes.pop().map_err(|e| Error::KernelCompile { kernel: name.to_string(), message: e.to_string() })?;
         stats.pipelines_compiled += 1;
         let layout = pipeline.get_bind_group_layout(0);
         let compiled = Arc::new(Compiled { pipeline, layout, spirv: false });
         self.cache.insert(wgsl.to_string(), compiled.clone());
         Ok(compiled)
+    }
+
+    /// A compute pipeline of `module`'s `main`, through the driver's disk cache where there is one; `layout` as
+    /// given, or derived by wgpu from the module's bindings (WGSL only).
+    fn pipeline(
+        &self,
+        device: &wgpu::Device,
+        name: &str,
+        module: &wgpu::ShaderModule,
+        layout: Option<&wgpu::PipelineLayout>,
+    ) -> wgpu::ComputePipeline {
+        device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(name),
+            layout,
+            module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: self.disk.as_ref().map(|d| &d.cache),
+        })
     }
 
     /// The pipeline for `wgsl` through the SPIR-V path with `edits` made, compiled on first use.
@@ -142,14 +154,7 @@ impl Pipelines {
         // dense from 0, each a buffer of the access the kernel declares), so every binding the shader reads is
         // bound with the type it declares. The entry point is `main`, the one every kernel has.
         let module = unsafe { device.create_shader_module_passthrough(desc) };
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(name),
-            layout: Some(&pipeline_layout),
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: self.disk.as_ref().map(|d| &d.cache),
-        });
+        let pipeline = self.pipeline(device, name, &module, Some(&pipeline_layout));
         scopes.pop().map_err(|e| failed(e.to_string()))?;
         stats.pipelines_compiled += 1;
         let compiled = Arc::new(Compiled { pipeline, layout, spirv: true });

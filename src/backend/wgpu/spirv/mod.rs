@@ -7,8 +7,6 @@ mod patch;
 #[cfg(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd"))]
 pub(crate) mod vulkan;
 
-use crate::env;
-
 #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 /// What a kernel asks of the SPIR-V path: the edits its module needs. The default asks for none (a kernel that
 /// `LAZOR_SPIRV=all` sends this way unchanged).
@@ -20,31 +18,7 @@ pub struct Edits {
     pub exact: bool,
 }
 
-/// `LAZOR_SPIRV`: which kernels take the SPIR-V path where the device has one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// `0`: none; every kernel is WGSL compiled by wgpu.
-    Off,
-    /// The default: the kernels that gain by it (bf16 products on tensor cores, random numbers computed exactly).
-    Hot,
-    /// `all`: every kernel, for testing the path on any Vulkan adapter.
-    All,
-}
-
-impl Mode {
-    /// The mode `LAZOR_SPIRV` asks for; an unknown value is the default, with a warning.
-    pub fn from_env() -> Mode {
-        match env::var("LAZOR_SPIRV").as_deref().map(str::trim) {
-            None | Some("1") => Mode::Hot,
-            Some("0") => Mode::Off,
-            Some("all") => Mode::All,
-            Some(other) => {
-                eprintln!("lazor: LAZOR_SPIRV={other:?} is not 0, 1 or all; using 1");
-                Mode::Hot
-            }
-        }
-    }
-}
+pub use crate::env::SpirvMode as Mode;
 
 #[cfg(not(target_arch = "wasm32"))]
 /// A kernel compiled to SPIR-V: its words, the bind group layout its bindings need, and its workgroup size.
