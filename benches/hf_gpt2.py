@@ -16,7 +16,8 @@ transformers).
    without its cache.
 3. With `--bench`: times transformers decoding GPT-2 one sequence (batch 1) of `--bench-new` (128) tokens after
    `--bench-prompt` (16), in f32, f16 and bf16: eager (`generate` with its dynamic cache) and, where it compiles,
-   with a static cache and the forward compiled (`mode="reduce-overhead"`, CUDA graphs). Decoding alone: the time of
+   with a static cache and the forward compiled (`mode="reduce-overhead"`, CUDA graphs), through `generate` and
+   through a hand-written loop over a `StaticCache` (`static_loop_compiled`). Decoding alone: the time of
    generating N tokens minus the time of generating 1 (the prompt's forward and the first token), over N - 1.
    Prints `hf case=gpt2_decode_<mode>_<dtype> ms_per_token=.. tokens_per_s=..`, and the lazor commands to run in the
    same call for the figures beside them.
@@ -99,14 +100,58 @@ def decode_ms(model, prompt, new, **kw):
     return (full - first) * 1e3 / (new - 1)
 
 
+def static_loop_ms(model, prompt, new):
+    """ms per decoded token of a hand-written greedy loop over a static KV cache with the one-token forward compiled
+    ("reduce-overhead": CUDA graphs), as transformers' docs and gpt-fast decode: `generate`'s own static path can
+    fail with CUDA graphs ("overwritten by a subsequent run"). Each step marks a new graph step and keeps a clone of
+    the token it reads. Timed as `decode_ms`: (N tokens - 1 token) / (N - 1), best of 3 after 2 warm-ups."""
+    from transformers import StaticCache
+
+    total = prompt.shape[1] + new
+    try:
+        cache = StaticCache(config=model.config, max_batch_size=1, max_cache_len=total, device="cuda", dtype=model.dtype)
+    except TypeError:
+        cache = StaticCache(config=model.config, max_cache_len=total)
+
+    def one(ids, pos):
+        out = model(input_ids=ids, cache_position=pos, past_key_values=cache, use_cache=True)
+        return out.logits[:, -1].argmax(-1)
+
+    step = torch.compile(one, mode="reduce-overhead", fullgraph=True)
+
+    def run(n):
+        cache.reset()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        p = prompt.shape[1]
+        nxt = one(prompt, torch.arange(p, device="cuda"))
+        for i in range(n - 1):
+            torch.compiler.cudagraph_mark_step_begin()
+            nxt = step(nxt[:, None], torch.tensor([p + i], device="cuda")).clone()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    with torch.no_grad():
+        for _ in range(2):
+            run(new)
+            run(1)
+        full = min(run(new) for _ in range(3))
+        first = min(run(1) for _ in range(3))
+    return (full - first) * 1e3 / (new - 1)
+
+
 def bench(master, args):
     prompt = torch.randint(0, master.config.vocab_size, (1, args.bench_prompt), device="cuda")
     for name, dt in DTYPES:
-        for mode in ("eager", "static_compiled"):
+        for mode in ("eager", "static_compiled", "static_loop_compiled"):
             case = f"gpt2_decode_{mode}_{name}"
             try:
                 model = copy.deepcopy(master).to("cuda", dt).eval()
                 kw = {}
+                if mode == "static_loop_compiled":
+                    ms = static_loop_ms(model, prompt, args.bench_new)
+                    print(f"hf case={case} ms_per_token={ms:.3f} tokens_per_s={1e3 / ms:.1f}", flush=True)
+                    continue
                 if mode == "static_compiled":
                     model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
                     kw["cache_implementation"] = "static"

@@ -1,9 +1,13 @@
 //! Generating from a causal language model: the prompt in one realize (prefill), then one realize per token,
-//! writing each layer's keys and values into its `KvCache` in place; greedy or sampled (temperature and top-k);
-//! or, for parity checks, without a cache (the whole sequence again every token).
+//! writing each layer's keys and values into its `KvCache` in place, the next token's realize submitted before this
+//! one's token is read; greedy or sampled (temperature and top-k); or, for parity checks, without a cache (the
+//! whole sequence again every token).
 
 use lazor::nn::KvCache;
 use lazor::{DType, Device, Stats, Tensor};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// What generation needs to know of a model's shape.
@@ -75,7 +79,8 @@ pub struct Step {
     pub tokens: Vec<i32>,
     /// The last position's logits, `[batch, vocab]` row-major, where kept.
     pub logits: Option<Vec<f32>>,
-    /// Wall time of the step, read-back of the tokens included.
+    /// Wall time from the previous step's tokens (or the start) to this step's: read-back included, and under
+    /// greedy decoding with the cache the building of the next step, which overlaps this one's GPU work.
     pub time: Duration,
     /// What the device did during the step (the counters' differences).
     pub stats: Stats,
@@ -147,6 +152,70 @@ pub fn check_ids(model: &dyn CausalLm, prompts: &[Vec<i32>]) -> Result<(), Strin
     }
 }
 
+/// A read whose realize is submitted at once and whose values are waited for later: the first poll of lazor's
+/// async read submits the realize, and the host blocks on the rest only when it needs the values.
+enum Pending {
+    Done(Values),
+    Waiting(Pin<Box<dyn Future<Output = Values> + Send>>),
+}
+
+type Values = lazor::Result<Vec<Vec<f32>>>;
+
+impl Pending {
+    fn submit(tensors: &[&Tensor]) -> Pending {
+        let mut read = Box::pin(lazor::to_vecs_async(tensors));
+        match read.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(values) => Pending::Done(values),
+            Poll::Pending => Pending::Waiting(read),
+        }
+    }
+
+    fn wait(self) -> Values {
+        match self {
+            Pending::Done(values) => values,
+            Pending::Waiting(read) => pollster::block_on(read),
+        }
+    }
+}
+
+/// A greedy step submitted, its token not yet read: the device's counters around its realize.
+struct InFlight {
+    read: Pending,
+    before: Stats,
+    after: Stats,
+}
+
+/// What generation has produced so far.
+struct Out {
+    sequences: Vec<Vec<i32>>,
+    steps: Vec<Step>,
+    /// When the last step's tokens arrived (or generation began): a step's time runs from there to its own.
+    last: Instant,
+}
+
+impl Out {
+    /// Records a step's tokens as they arrive.
+    fn deliver(&mut self, tokens: Vec<i32>, logits: Option<Vec<f32>>, stats: Stats, live_bytes: u64) {
+        for (seq, &tok) in self.sequences.iter_mut().zip(&tokens) {
+            seq.push(tok);
+        }
+        let now = Instant::now();
+        let time = now - self.last;
+        self.last = now;
+        self.steps.push(Step { tokens, logits, time, stats, live_bytes });
+    }
+
+    /// Waits for a greedy step's read and records it.
+    fn greedy(&mut self, step: InFlight, keep_logits: bool, on_step: &mut dyn FnMut(&Step)) -> Result<(), String> {
+        let mut values = step.read.wait().map_err(|e| e.to_string())?;
+        let logits = keep_logits.then(|| values.pop().expect("logits read"));
+        let tokens = values[0].iter().map(|&x| x as i32).collect();
+        self.deliver(tokens, logits, step.after.since(&step.before), step.after.live_buffer_bytes);
+        on_step(self.steps.last().expect("a step"));
+        Ok(())
+    }
+}
+
 /// Generates `opts.max_new` tokens after each prompt of `prompts` (one sequence each, all of one length), calling
 /// `on_step` with each step's tokens as they come.
 pub fn generate(
@@ -171,23 +240,27 @@ pub fn generate(
     let dev = model.device().clone();
     let caches = if opts.cache { model.caches(b, max_len) } else { Vec::new() };
     let mut rng = Rng(opts.sampling.seed);
-    let mut sequences: Vec<Vec<i32>> = prompts.to_vec();
+    let mut out = Out { sequences: prompts.to_vec(), steps: Vec::with_capacity(opts.max_new), last: Instant::now() };
+    // Greedy decoding with the cache feeds each token to the next step on the device: step n + 1 is built and
+    // submitted before step n's token is read, so building the graph and encoding its kernels hide behind the
+    // GPU's work on step n, and the GPU never waits for the host between tokens. (The prompt's step is read at
+    // once: its time is the prefill's.)
+    let ahead = opts.cache && opts.sampling.greedy();
+    let mut in_flight: Option<InFlight> = None;
     // The tokens to feed next: the prompt, then the last token chosen (on the device where greedy picked it).
     let mut ids = Tensor::from_vec_on(prompts.concat(), [b, t0], &dev);
-    let mut steps = Vec::with_capacity(opts.max_new);
     lazor::no_grad(|| -> Result<(), String> {
         for n in 0..opts.max_new {
-            let started = Instant::now();
             let before = dev.stats();
             let logits = match opts.cache {
                 true => model.forward(&ids, if n == 0 { 0 } else { t0 + n - 1 }, Some(&caches), true),
                 false => {
-                    let len = sequences[0].len();
-                    model.forward(&Tensor::from_vec_on(sequences.concat(), [b, len], &dev), 0, None, true)
+                    let len = out.sequences[0].len();
+                    model.forward(&Tensor::from_vec_on(out.sequences.concat(), [b, len], &dev), 0, None, true)
                 }
             };
             let logits = logits.reshape([b, logits.shape()[2]]);
-            let (tokens, kept, next) = if opts.sampling.greedy() {
+            if opts.sampling.greedy() {
                 // Read as f32 (exact for ids below 2^24) in the one realize that reads the logits too; the next
                 // step casts it back where it reads it, on the device.
                 let next = logits.argmax(-1).to_dtype(DType::F32);
@@ -196,33 +269,30 @@ pub fn generate(
                 if opts.keep_logits {
                     read.push(&wide);
                 }
-                let mut values = lazor::to_vecs(&read).map_err(|e| e.to_string())?;
-                let kept = opts.keep_logits.then(|| values.pop().expect("logits read"));
-                let tokens: Vec<i32> = values[0].iter().map(|&x| x as i32).collect();
-                (tokens, kept, next.to_dtype(DType::I32).reshape([b, 1]))
+                let step = InFlight { read: Pending::submit(&read), before, after: dev.stats() };
+                ids = next.to_dtype(DType::I32).reshape([b, 1]);
+                if let Some(previous) = in_flight.take() {
+                    out.greedy(previous, opts.keep_logits, on_step)?;
+                }
+                match ahead && n > 0 {
+                    true => in_flight = Some(step),
+                    false => out.greedy(step, opts.keep_logits, on_step)?,
+                }
             } else {
                 let values = logits.to_dtype(DType::F32).try_to_vec().map_err(|e| e.to_string())?;
                 let vocab = values.len() / b;
                 let tokens: Vec<i32> = values.chunks(vocab).map(|row| sample(row, &opts.sampling, &mut rng)).collect();
-                let next = Tensor::from_vec_on(tokens.clone(), [b, 1], &dev);
-                (tokens, opts.keep_logits.then_some(values), next)
-            };
-            for (seq, &tok) in sequences.iter_mut().zip(&tokens) {
-                seq.push(tok);
+                ids = Tensor::from_vec_on(tokens.clone(), [b, 1], &dev);
+                let stats = dev.stats();
+                out.deliver(tokens, opts.keep_logits.then_some(values), stats.since(&before), stats.live_buffer_bytes);
+                on_step(out.steps.last().expect("a step"));
             }
-            ids = next;
-            let after = dev.stats();
-            let step = Step {
-                tokens,
-                logits: kept,
-                time: started.elapsed(),
-                stats: after.since(&before),
-                live_bytes: after.live_buffer_bytes,
-            };
-            on_step(&step);
-            steps.push(step);
+        }
+        if let Some(last) = in_flight.take() {
+            out.greedy(last, opts.keep_logits, on_step)?;
         }
         Ok(())
     })?;
+    let steps = out.steps;
     Ok(Generation { steps })
 }
