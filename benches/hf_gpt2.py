@@ -81,6 +81,18 @@ def expected(model, ids, steps, device, path):
     return same
 
 
+def per_token_ms(run, new):
+    """ms per decoded token of `run(n)` (seconds to generate n tokens): (N tokens - 1 token) / (N - 1), best of 3
+    after 2 warm-ups."""
+    with torch.no_grad():
+        for _ in range(2):
+            run(new)
+            run(1)
+        full = min(run(new) for _ in range(3))
+        first = min(run(1) for _ in range(3))
+    return (full - first) * 1e3 / (new - 1)
+
+
 def decode_ms(model, prompt, new, **kw):
     """ms per decoded token of `model.generate`: (N tokens - 1 token) / (N - 1), best of 3 after 2 warm-ups."""
     def run(n):
@@ -91,13 +103,7 @@ def decode_ms(model, prompt, new, **kw):
         torch.cuda.synchronize()
         return time.perf_counter() - t
 
-    with torch.no_grad():
-        for _ in range(2):
-            run(new)
-            run(1)
-        full = min(run(new) for _ in range(3))
-        first = min(run(1) for _ in range(3))
-    return (full - first) * 1e3 / (new - 1)
+    return per_token_ms(run, new)
 
 
 def static_loop_ms(model, prompt, new):
@@ -131,13 +137,7 @@ def static_loop_ms(model, prompt, new):
         torch.cuda.synchronize()
         return time.perf_counter() - t
 
-    with torch.no_grad():
-        for _ in range(2):
-            run(new)
-            run(1)
-        full = min(run(new) for _ in range(3))
-        first = min(run(1) for _ in range(3))
-    return (full - first) * 1e3 / (new - 1)
+    return per_token_ms(run, new)
 
 
 def bench(master, args):
