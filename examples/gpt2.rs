@@ -11,10 +11,11 @@
 //! Flags: `--prompt IDS` (comma-separated token ids), `--max-new N` (32), `--temperature X` (0: greedy), `--top-k K`
 //! (0: all), `--seed N`, `--dtype f32|f16|bf16` (cast on load; default: as the file holds it), `--batch N` (the
 //! prompt decoded as N sequences at once), `--no-cache` (the whole sequence every token, for parity checks),
-//! `--cpu` (the CPU backend), `--check FILE` (compare with `benches/hf_gpt2.py`'s output: logits of a batch, greedy
-//! tokens with and without the cache, and the cache against the whole sequence on the same tokens; exits 1 on a
-//! mismatch). Prompts are token ids: text needs a tokenizer
-//! (`tokenizer.json` through the `tokenizers` crate), which is left for later. It prints the tokens as they come,
+//! `--cpu` (the CPU backend), `--runs N` (generate N times and time the last, its kernels and plans warm),
+//! `--check FILE` (compare with `benches/hf_gpt2.py`'s output: logits of a batch, greedy tokens with and without
+//! the cache, and the cache against the whole sequence on the same tokens; exits 1 on a mismatch). Prompts are
+//! token ids: text needs a tokenizer (`tokenizer.json` through the `tokenizers` crate), which is left for later.
+//! It prints the tokens as they come,
 //! the prefill's time, tokens per second over the decoding, kernels per token and the memory held.
 
 // Shared with the Llama model and the tests, which read what this example does not.
@@ -44,6 +45,7 @@ struct Args {
     cache: bool,
     cpu: bool,
     check: Option<PathBuf>,
+    runs: usize,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -57,6 +59,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         cache: true,
         cpu: false,
         check: None,
+        runs: 1,
     };
     let mut dir = None;
     let mut it = args.iter();
@@ -78,13 +81,14 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--dtype" => out.dtype = Some(checkpoint::parse_dtype(&value()?)?),
             "--batch" => out.batch = (number(value()?)? as usize).max(1),
             "--no-cache" => out.cache = false,
+            "--runs" => out.runs = (number(value()?)? as usize).max(1),
             "--cpu" => out.cpu = true,
             "--check" => out.check = Some(PathBuf::from(value()?)),
             flag if flag.starts_with("--") => return Err(format!("unknown flag {flag}")),
             path => dir = Some(PathBuf::from(path)),
         }
     }
-    out.dir = dir.ok_or("usage: gpt2 DIR [--prompt IDS] [--max-new N] [--temperature X] [--top-k K] [--seed N] [--dtype f32|f16|bf16] [--batch N] [--no-cache] [--cpu] [--check FILE]")?;
+    out.dir = dir.ok_or("usage: gpt2 DIR [--prompt IDS] [--max-new N] [--temperature X] [--top-k K] [--seed N] [--dtype f32|f16|bf16] [--batch N] [--no-cache] [--cpu] [--runs N] [--check FILE]")?;
     if out.prompt.is_empty() {
         return Err("--prompt: no token ids".into());
     }
@@ -145,15 +149,26 @@ fn run(args: &Args) -> Result<bool, String> {
             write!(out, "{}", if args.batch == 1 { format!("{} ", text[0]) } else { format!("[{}] ", text.join(" ")) });
         let _ = out.flush();
     };
-    let g = generate::generate(&model, &prompts, &opts, &mut print)?;
+    let mut g = generate::generate(&model, &prompts, &opts, &mut print)?;
     println!();
+    // Later runs reuse the first's compiled kernels and plans: their times are the warm ones.
+    for _ in 1..args.runs {
+        g = generate::generate(&model, &prompts, &opts, &mut |_| {})?;
+    }
     let prefill = &g.steps[0];
+    // The prefill's products: per token and layer the four projections, and attention's two products over the
+    // cache's positions (masked ones included, as computed); then the head at the last position.
+    let (t, len) = ((args.prompt.len() * args.batch) as f64, (args.prompt.len() + args.max_new.max(1) - 1) as f64);
+    let (d, inner) = (c.width as f64, c.inner as f64);
+    let flops = 2.0 * c.layers as f64 * t * (4.0 * d * d + 2.0 * d * inner + 2.0 * len * d)
+        + 2.0 * (args.batch * c.vocab) as f64 * d;
     eprintln!(
-        "prefill: {} tokens x {} in {:.2} ms, {} kernels",
+        "prefill: {} tokens x {} in {:.2} ms, {} kernels, {:.1} TFLOP/s in its products",
         args.prompt.len(),
         args.batch,
         prefill.time.as_secs_f64() * 1e3,
-        prefill.stats.dispatches
+        prefill.stats.dispatches,
+        flops / prefill.time.as_secs_f64() / 1e12
     );
     if let Some(rate) = g.decode_rate() {
         let last = g.steps.last().expect("a step");
@@ -166,8 +181,8 @@ fn run(args: &Args) -> Result<bool, String> {
             if args.cache { "with the KV cache" } else { "without a cache" }
         );
     }
-    // The caches: keys and values of every layer, [batch, heads, prompt + new, head_dim] each.
-    let positions = (args.prompt.len() + args.max_new) as u64;
+    // The caches: keys and values of every layer, [batch, heads, prompt + new - 1, head_dim] each.
+    let positions = (args.prompt.len() + args.max_new.max(1) - 1) as u64;
     let cache = if args.cache {
         2 * (c.layers * args.batch * c.width) as u64 * positions * model.dtype.size_in_bytes() as u64
     } else {

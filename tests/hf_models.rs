@@ -328,6 +328,23 @@ fn check_model(what: &str, model: &dyn CausalLm, host: &dyn Fn(&[i32]) -> Vec<Ve
 }
 
 #[test]
+fn a_prompt_may_fill_every_position_the_last_token_is_never_fed() {
+    let (w, config) = gpt2_weights(4);
+    let dir = scratch_with("hf_gpt2_full", &w, &config);
+    let dev = Device::cpu();
+    let model = gpt2::Gpt2::load(&dir, None, &dev).unwrap();
+    let positions = GPT2.1;
+    let prompt = vec![(0..positions as i32).map(|i| i % GPT2.0 as i32).collect::<Vec<_>>()];
+    for (max_new, fits) in [(1, true), (2, false)] {
+        let opts = Options { max_new, sampling: Sampling::GREEDY, cache: true, keep_logits: false };
+        match generate(&model, &prompt, &opts, &mut |_| {}) {
+            Ok(g) => assert!(fits && g.steps.len() == 1, "{max_new} new after {positions}"),
+            Err(e) => assert!(!fits && e.contains("positions"), "{max_new} new after {positions}: {e}"),
+        }
+    }
+}
+
+#[test]
 fn gpt2_decodes_the_same_with_and_without_the_cache_one_realize_per_token() {
     let (w, config) = gpt2_weights(1);
     let dir = scratch_with("hf_gpt2", &w, &config);

@@ -229,10 +229,11 @@ pub fn generate(
         return Err("the prompts must be non-empty and of one length".into());
     }
     check_ids(model, prompts)?;
-    let max_len = t0 + opts.max_new;
+    // The positions fed: the prompt, then every new token but the last (which is chosen, never fed).
+    let max_len = t0 + opts.max_new.max(1) - 1;
     if max_len > model.dims().positions {
         return Err(format!(
-            "{t0} prompt tokens and {} new exceed the model's {} positions",
+            "{t0} prompt tokens and {} new need {max_len} positions, past the model's {}",
             opts.max_new,
             model.dims().positions
         ));
