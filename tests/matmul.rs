@@ -11,7 +11,11 @@ mod common;
 
 use common::{assert_close, devices, Rng};
 use lazor::half::f16;
+use lazor::op::Tri;
 use lazor::{DType, Device, Error, Tensor};
+
+/// Every triangle a product may keep ([`Tri`] but `Full`).
+const TRIANGLES: [Tri; 5] = [Tri::OutLower, Tri::OutUpper, Tri::Causal, Tri::ALower, Tri::AUpper];
 
 /// Inputs are uniform in [-1, 1).
 fn rand(dev: &Device, rng: &mut Rng, shape: &[usize]) -> Tensor {
@@ -527,6 +531,17 @@ fn f16_products_on_tensor_cores_and_tiles() {
             let a = rand16(&dev, &mut rng, &[70_000, 3, 16]);
             let b = rand16(&dev, &mut rng, &[70_000, 16, 5]);
             check16(&a.matmul(&b), 16, &format!("70000 batches ({path})"));
+            // Causal attention's triangular products, A read either way.
+            for (batch, m, k, n) in [(2, 130, 130, 72), (1, 256, 256, 64), (3, 100, 256, 200)] {
+                for tri in TRIANGLES {
+                    let what = format!("{tri:?} of {batch}x{m}x{k}x{n} ({path})");
+                    let a = rand16(&dev, &mut rng, &[batch, m, k]);
+                    let at = rand16(&dev, &mut rng, &[batch, k, m]).transpose(1, 2);
+                    let b = rand16(&dev, &mut rng, &[batch, k, n]);
+                    check16(&a.matmul_tri(&b, tri), k, &what);
+                    check16(&at.matmul_tri(&b, tri), k, &format!("{what}, A transposed"));
+                }
+            }
         }
         if let Some(gpu) = dev.wgpu() {
             gpu.set_tensor_cores(had);
@@ -702,6 +717,16 @@ fn bf16_products_on_tensor_cores_and_tiles() {
                 let y = || (a.matmul(&bt) * 2.0).relu();
                 assert_eq!(dispatches(&y()), 1, "{what}: the epilogue is fused");
                 check(&y(), k, &format!("{what}, relu(2 a b)"));
+            }
+            for (batch, m, k, n) in [(2, 130, 130, 72), (3, 100, 256, 200)] {
+                for tri in TRIANGLES {
+                    let what = format!("{tri:?} of {batch}x{m}x{k}x{n} ({path})");
+                    let a = rand_bf16(&dev, &mut rng, &[batch, m, k]);
+                    let at = rand_bf16(&dev, &mut rng, &[batch, k, m]).transpose(1, 2);
+                    let b = rand_bf16(&dev, &mut rng, &[batch, k, n]);
+                    check(&a.matmul_tri(&b, tri), k, &what);
+                    check(&at.matmul_tri(&b, tri), k, &format!("{what}, A transposed"));
+                }
             }
             let a = rand_bf16(&dev, &mut rng, &[256, 256]);
             let b = rand_bf16(&dev, &mut rng, &[256, 256]);

@@ -57,6 +57,12 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
             mm.a_along_k,
             mm.b_along_k
         );
+        if mm.tri != Tri::Full {
+            let (out, a) = mm.tri.codes();
+            let _ = writeln!(e.out, "const TRI_OUT: u32 = {out}u;\nconst TRI_A: u32 = {a}u;");
+            // The triangle's fill (-inf for a causal mask) is a run-time constant.
+            e.b.need(&[crate::op::Helper::Bits]);
+        }
     } else if let Some(thin) = mm.thin {
         let _ = write!(
             e.out,
@@ -117,7 +123,8 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let quad = quad_stores(k, &mm, target);
     let store4 = store_functions(&mut e, mm.b_end, row, col, quad);
     if let Some((_, fm, fn_)) = layout {
-        e.out.push_str(&coop_body(fm, fn_, mm.a_along_k, mm.b_along_k, k.types[mm.a] == DType::BF16));
+        let body = coop_body(fm, fn_, mm.a_along_k, mm.b_along_k, k.types[mm.a] == DType::BF16);
+        e.out.push_str(&matmul_tri::specialise_coop(body, mm.tri));
     } else if let Some(thin) = mm.thin {
         let mut puts = String::new();
         for j in 0..thin.narrow {
@@ -376,6 +383,15 @@ mod tests {
 
     /// The kernel of `relu(a b)` for f16 `a` (`[m, k]`, or its transpose's view) and `b` (`[k, n]`).
     fn f16_product(m: usize, k: usize, n: usize, a_transposed: bool, b_transposed: bool) -> Kernel {
+        f16_product_keeping(Tri::Full, (m, k, n), a_transposed, b_transposed)
+    }
+
+    fn f16_product_keeping(
+        tri: Tri,
+        (m, k, n): (usize, usize, usize),
+        a_transposed: bool,
+        b_transposed: bool,
+    ) -> Kernel {
         let mut g = Graph::default();
         let data = |g: &mut Graph, r: usize, c: usize, t: bool| {
             let (r0, c0) = if t { (c, r) } else { (r, c) };
@@ -388,12 +404,31 @@ mod tests {
         };
         let a = data(&mut g, m, k, a_transposed);
         let b = data(&mut g, k, n, b_transposed);
-        let p = g.add(NodeOp::Matmul(a, b, Tri::Full), Shape::from([m, n]), DType::F16);
+        let p = g.add(NodeOp::Matmul(a, b, tri), Shape::from([m, n]), DType::F16);
         let out = g.add(NodeOp::Unary(UnaryOp::Relu, p), Shape::from([m, n]), DType::F16);
         let opts = Options::TEST;
         let kernels = plan(&g, &[out], &opts).kernels;
         assert_eq!(kernels.len(), 1, "the product and its epilogue are one kernel");
         kernels[0].clone()
+    }
+
+    #[test]
+    fn triangular_products_run_on_tensor_cores_with_the_triangle_kept() {
+        let coop = Target { subgroups: true, f16: true, coop: true, ..Default::default() };
+        for tri in [Tri::OutLower, Tri::OutUpper, Tri::Causal, Tri::ALower, Tri::AUpper] {
+            for (ta, tb) in [(false, false), (true, true)] {
+                let kernel = f16_product_keeping(tri, (200, 200, 72), ta, tb);
+                let Kind::Matmul(mm) = kernel.kind else { panic!("a matmul kernel") };
+                assert!(uses_coop(&kernel, &mm, &coop), "{tri:?}");
+                let src = generate(&kernel, &coop);
+                assert!(src.contains("coopMultiplyAdd(") && src.contains("k0 < k_hi"), "{tri:?}");
+                assert!(src.contains("keep(row, col, frag["), "{tri:?}: outputs pass through keep");
+                // Only where A's triangle is kept are its octets masked.
+                let masks_a = matches!(tri, Tri::ALower | Tri::AUpper);
+                assert_eq!(src.contains("put(li, mask_a(li, m0, k0, ra), rb)"), masks_a, "{tri:?}");
+                validate(&src);
+            }
+        }
     }
 
     #[test]

@@ -103,6 +103,77 @@ pub(super) fn specialise(skeleton: &str, tri: Tri) -> Cow<'_, str> {
     Cow::Owned(s)
 }
 
+/// A's octets in the tensor-core kernel with its elements past the kept triangle zeroed, as they go into the slab
+/// (after the previous step's products, so the loads have landed): 0 bits are 0 in f16 and bf16 alike, and the low
+/// half of each word is the octet's earlier element.
+const MASK_OCTETS: &str = "
+fn mask_a(li: u32, m0: u32, k0: u32, ra: array<vec4<u32>, LA>) -> array<vec4<u32>, LA> {
+    var r = ra;
+    for (var j = 0u; j < LA; j++) {
+        let o = li + j * THREADS;
+        let line = o / OA;
+        let pos = (o % OA) * 8u;
+        for (var w = 0u; w < 4u; w++) {
+            var bits = r[j][w];
+            for (var h = 0u; h < 2u; h++) {
+                let e = pos + 2u * w + h;
+                var gr = m0 + e;
+                var gk = k0 + line;
+                if (A_ALONG_K) {
+                    gr = m0 + line;
+                    gk = k0 + e;
+                }
+                if (dropped_a(gr, gk)) {
+                    bits = bits & ~(0xffffu << (16u * h));
+                }
+            }
+            r[j][w] = bits;
+        }
+    }
+    return r;
+}
+";
+
+/// The tensor-core skeleton (its parts filled in) for a product keeping `tri`, by the same rules as [`specialise`]:
+/// the block's steps of k bounded by the triangle, A's dropped elements zeroed as they are staged, and every output
+/// passed through `keep` on its way to the epilogue. Unchanged for [`Tri::Full`].
+///
+/// # Panics
+/// If an edit does not find its text in the skeleton as often as it expects (a changed skeleton; every codegen
+/// test of a triangular product on tensor cores would fail).
+pub(super) fn specialise_coop(skeleton: String, tri: Tri) -> String {
+    if tri == Tri::Full {
+        return skeleton;
+    }
+    let base_b = "    let base_b = batch * size.z;\n";
+    let masks_a = tri.codes().1 != 0;
+    let edits: [(&str, String); 8] = [
+        (
+            "@compute @workgroup_size(256)",
+            format!("{HELPERS}{}\n@compute @workgroup_size(256)", if masks_a { MASK_OCTETS } else { "" }),
+        ),
+        (base_b, format!("{base_b}{RANGE}")),
+        ("fetch_a(li, m0, 0u, base_a, size)", "fetch_a(li, m0, k_lo, base_a, size)".into()),
+        ("fetch_b(li, n0, 0u, base_b, size)", "fetch_b(li, n0, k_lo, base_b, size)".into()),
+        ("for (var k0 = 0u; k0 < size.z; k0 += BK)", "for (var k0 = k_lo; k0 < k_hi; k0 += BK)".into()),
+        ("if (k0 + BK < size.z)", "if (k0 + BK < k_hi)".into()),
+        (
+            "store(row, col, (base + row) * size.y + col, frag[sg * 256u + e]);",
+            "store(row, col, (base + row) * size.y + col, keep(row, col, frag[sg * 256u + e]));".into(),
+        ),
+        (
+            "        put(li, ra, rb);",
+            if masks_a { "        put(li, mask_a(li, m0, k0, ra), rb);" } else { "        put(li, ra, rb);" }.into(),
+        ),
+    ];
+    let mut s = skeleton;
+    for (from, to) in edits {
+        assert_eq!(s.matches(from).count(), 1, "the tensor-core skeleton has `{from}` once");
+        s = s.replace(from, &to);
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
