@@ -157,11 +157,14 @@ fn run(args: &Args) -> Result<bool, String> {
     }
     let prefill = &g.steps[0];
     // The prefill's products: per token and layer the four projections, and attention's two products over the
-    // cache's positions (masked ones included, as computed); then the head at the last position.
-    let (t, len) = ((args.prompt.len() * args.batch) as f64, (args.prompt.len() + args.max_new.max(1) - 1) as f64);
+    // positions up to the token's own (causal: what the triangular products compute); then the head at the last
+    // position.
+    let (t, b) = (args.prompt.len() as f64, args.batch as f64);
     let (d, inner) = (c.width as f64, c.inner as f64);
-    let flops = 2.0 * c.layers as f64 * t * (4.0 * d * d + 2.0 * d * inner + 2.0 * len * d)
-        + 2.0 * (args.batch * c.vocab) as f64 * d;
+    let layers = c.layers as f64;
+    let flops = 2.0 * layers * b * t * (4.0 * d * d + 2.0 * d * inner)
+        + 2.0 * layers * b * d * t * (t + 1.0)
+        + 2.0 * b * c.vocab as f64 * d;
     eprintln!(
         "prefill: {} tokens x {} in {:.2} ms, {} kernels, {:.1} TFLOP/s in its products",
         args.prompt.len(),

@@ -98,7 +98,8 @@ impl KvCache {
 
     /// Attention of queries `q` (`[batch, heads, t, head_dim]`, at positions `start..start + t`) over the cache:
     /// query `i` attends to positions `0..=start + i` (causal within the new positions, all of the past), scaled by
-    /// `1 / sqrt(head_dim)`. `heads` is a multiple of the cache's `kv_heads` (grouped-query attention, as Hugging
+    /// `1 / sqrt(head_dim)`. A prompt at host position 0 without grouping runs as causal attention over its own
+    /// positions ([`crate::nn::functional::scaled_dot_product_attention`]), skipping what the mask would drop. `heads` is a multiple of the cache's `kv_heads` (grouped-query attention, as Hugging
     /// Face's `repeat_kv`: query heads `j g .. (j + 1) g` read kv head `j`), served by grouping the queries rather
     /// than repeating the cache. Write the new positions first. A position on the device is not checked: the
     /// write clamps it into the cache, the mask does not, so keep it within `max_len - t`.
@@ -145,6 +146,13 @@ impl KvCache {
             }
         }
         let group = heads / kv;
+        if let (Position::At(0), 1) = (start, group) {
+            // A prompt from position 0 attends to its own positions alone, causally: the triangular products skip
+            // the blocks past the diagonal and the positions past the prompt, which the masked form computes and
+            // drops (the same values: the positions past the prompt weigh 0 there).
+            let (k, v) = (self.keys.narrow(2, 0, t), self.values.narrow(2, 0, t));
+            return crate::nn::functional::try_scaled_dot_product_attention(q, &k, &v, true);
+        }
         let dev = q.device();
         // Each kv head's query heads as rows of one product: [b, kv, group * t, d].
         let rows = q.reshape([b, kv, group * t, d]);
