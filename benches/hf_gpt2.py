@@ -143,7 +143,7 @@ def static_loop_ms(model, prompt, new):
 def bench(master, args):
     prompt = torch.randint(0, master.config.vocab_size, (1, args.bench_prompt), device="cuda")
     for name, dt in DTYPES:
-        for mode in ("eager", "static_compiled", "static_loop_compiled"):
+        for mode in args.bench_modes.split(","):
             case = f"gpt2_decode_{mode}_{name}"
             try:
                 model = copy.deepcopy(master).to("cuda", dt).eval()
@@ -186,6 +186,11 @@ def main():
     ap.add_argument("--bench", action="store_true", help="time transformers' decoding too")
     ap.add_argument("--bench-prompt", type=int, default=16)
     ap.add_argument("--bench-new", type=int, default=128)
+    ap.add_argument(
+        "--bench-modes",
+        default="eager,static_compiled,static_loop_compiled",
+        help="comma-separated: eager, static_compiled (generate), static_loop_compiled (a hand-written loop)",
+    )
     args = ap.parse_args()
 
     from transformers import GPT2Config, GPT2LMHeadModel
