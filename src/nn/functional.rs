@@ -5,7 +5,6 @@ use crate::op::Tri;
 use crate::shape::Shape;
 use crate::tensor::{autocast, Tensor};
 
-pub use super::kv_cache::repeat_kv;
 pub use super::rms_norm::rms_norm;
 pub use super::rotary::{rotary_embedding, try_rotary_embedding};
 
@@ -227,4 +226,25 @@ fn f32_operand(t: &Tensor) -> Tensor {
 #[track_caller]
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Tensor {
     gate.silu() * up
+}
+
+/// Each of the `kv_heads` heads of `x` (`[batch, kv_heads, t, d]`) repeated `n_rep` times in place:
+/// `[batch, kv_heads * n_rep, t, d]`, head `j n_rep + r` being head `j`, as Hugging Face's `repeat_kv` for
+/// grouped-query attention. (A view that no stride vector expresses: it is copied where read. [`KvCache::attend`]
+/// groups the queries instead.)
+///
+/// # Panics
+/// If `x` is not 4-D or `n_rep` is 0.
+///
+/// # Examples
+/// ```no_run
+/// use lazor::{nn::functional::repeat_kv, Tensor};
+/// let x = Tensor::from_vec(vec![1.0, 2.0], [1, 2, 1, 1]);
+/// assert_eq!(repeat_kv(&x, 2).to_vec(), vec![1.0, 1.0, 2.0, 2.0]);
+/// ```
+#[track_caller]
+pub fn repeat_kv(x: &Tensor, n_rep: usize) -> Tensor {
+    assert!(x.ndim() == 4 && n_rep > 0, "lazor: repeat_kv: x must be [batch, kv_heads, t, d] and n_rep > 0");
+    let [b, kv, t, d] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    x.unsqueeze(2).expand([b, kv, n_rep, t, d]).reshape([b, kv * n_rep, t, d])
 }

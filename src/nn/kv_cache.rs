@@ -1,5 +1,5 @@
 //! `KvCache`: keys and values of past positions in preallocated buffers, written in place token after token, and
-//! attention over them; `repeat_kv` for grouped-query attention without a cache.
+//! attention over them.
 
 use crate::device::Device;
 use crate::dtype::DType;
@@ -163,25 +163,4 @@ impl KvCache {
         let weights = scores.softmax(-1).reshape([b, kv, group * t, len]);
         Ok(weights.matmul(&self.values).reshape([b, heads, t, d]))
     }
-}
-
-/// Each of the `kv_heads` heads of `x` (`[batch, kv_heads, t, d]`) repeated `n_rep` times in place:
-/// `[batch, kv_heads * n_rep, t, d]`, head `j n_rep + r` being head `j`, as Hugging Face's `repeat_kv` for
-/// grouped-query attention. (A view that no stride vector expresses: it is copied where read. [`KvCache::attend`]
-/// groups the queries instead.)
-///
-/// # Panics
-/// If `x` is not 4-D or `n_rep` is 0.
-///
-/// # Examples
-/// ```no_run
-/// use lazor::{nn::functional::repeat_kv, Tensor};
-/// let x = Tensor::from_vec(vec![1.0, 2.0], [1, 2, 1, 1]);
-/// assert_eq!(repeat_kv(&x, 2).to_vec(), vec![1.0, 1.0, 2.0, 2.0]);
-/// ```
-#[track_caller]
-pub fn repeat_kv(x: &Tensor, n_rep: usize) -> Tensor {
-    assert!(x.ndim() == 4 && n_rep > 0, "lazor: repeat_kv: x must be [batch, kv_heads, t, d] and n_rep > 0");
-    let [b, kv, t, d] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    x.unsqueeze(2).expand([b, kv, n_rep, t, d]).reshape([b, kv * n_rep, t, d])
 }
