@@ -422,9 +422,9 @@ mod tests {
                 assert!(uses_coop(&kernel, &mm, &coop), "{tri:?}");
                 let src = generate(&kernel, &coop);
                 assert!(src.contains("coopMultiplyAdd(") && src.contains("k0 < k_hi"), "{tri:?}");
-                assert!(src.contains("keep(row, col, frag["), "{tri:?}: outputs pass through keep");
-                // Only where A's triangle is kept are its octets masked.
+                // Only where A's triangle is kept are its octets masked; only where the output's is, its values.
                 let masks_a = matches!(tri, Tri::ALower | Tri::AUpper);
+                assert_eq!(src.contains("keep(row, col, frag["), !masks_a, "{tri:?}: outputs through keep");
                 assert_eq!(src.contains("put(li, mask_a(li, m0, k0, ra), rb)"), masks_a, "{tri:?}");
                 validate(&src);
             }

@@ -135,8 +135,8 @@ fn mask_a(li: u32, m0: u32, k0: u32, ra: array<vec4<u32>, LA>) -> array<vec4<u32
 ";
 
 /// The tensor-core skeleton (its parts filled in) for a product keeping `tri`, by the same rules as [`specialise`]:
-/// the block's steps of k bounded by the triangle, A's dropped elements zeroed as they are staged, and every output
-/// passed through `keep` on its way to the epilogue. Unchanged for [`Tri::Full`].
+/// the block's steps of k bounded by the triangle, A's dropped elements zeroed as they are staged, and the outputs
+/// of a kept output triangle passed through `keep` on their way to the epilogue. Unchanged for [`Tri::Full`].
 ///
 /// # Panics
 /// If an edit does not find its text in the skeleton as often as it expects (a changed skeleton; every codegen
@@ -146,7 +146,9 @@ pub(super) fn specialise_coop(skeleton: String, tri: Tri) -> String {
         return skeleton;
     }
     let base_b = "    let base_b = batch * size.z;\n";
-    let masks_a = tri.codes().1 != 0;
+    // Outputs pass through `keep` only where an output triangle is kept (`keep` fills everything past the
+    // diagonal); A's octets are masked only where A's triangle is.
+    let (keeps_out, masks_a) = (tri.codes().0 != 0, tri.codes().1 != 0);
     let edits: [(&str, String); 8] = [
         (
             "@compute @workgroup_size(256)",
@@ -159,7 +161,12 @@ pub(super) fn specialise_coop(skeleton: String, tri: Tri) -> String {
         ("if (k0 + BK < size.z)", "if (k0 + BK < k_hi)".into()),
         (
             "store(row, col, (base + row) * size.y + col, frag[sg * 256u + e]);",
-            "store(row, col, (base + row) * size.y + col, keep(row, col, frag[sg * 256u + e]));".into(),
+            if keeps_out {
+                "store(row, col, (base + row) * size.y + col, keep(row, col, frag[sg * 256u + e]));"
+            } else {
+                "store(row, col, (base + row) * size.y + col, frag[sg * 256u + e]);"
+            }
+            .into(),
         ),
         (
             "        put(li, ra, rb);",
