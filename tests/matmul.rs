@@ -531,17 +531,6 @@ fn f16_products_on_tensor_cores_and_tiles() {
             let a = rand16(&dev, &mut rng, &[70_000, 3, 16]);
             let b = rand16(&dev, &mut rng, &[70_000, 16, 5]);
             check16(&a.matmul(&b), 16, &format!("70000 batches ({path})"));
-            // Causal attention's triangular products, A read either way.
-            for (batch, m, k, n) in [(2, 130, 130, 72), (1, 256, 256, 64), (3, 100, 256, 200)] {
-                for tri in TRIANGLES {
-                    let what = format!("{tri:?} of {batch}x{m}x{k}x{n} ({path})");
-                    let a = rand16(&dev, &mut rng, &[batch, m, k]);
-                    let at = rand16(&dev, &mut rng, &[batch, k, m]).transpose(1, 2);
-                    let b = rand16(&dev, &mut rng, &[batch, k, n]);
-                    check16(&a.matmul_tri(&b, tri), k, &what);
-                    check16(&at.matmul_tri(&b, tri), k, &format!("{what}, A transposed"));
-                }
-            }
         }
         if let Some(gpu) = dev.wgpu() {
             gpu.set_tensor_cores(had);
@@ -718,16 +707,6 @@ fn bf16_products_on_tensor_cores_and_tiles() {
                 assert_eq!(dispatches(&y()), 1, "{what}: the epilogue is fused");
                 check(&y(), k, &format!("{what}, relu(2 a b)"));
             }
-            for (batch, m, k, n) in [(2, 130, 130, 72), (3, 100, 256, 200)] {
-                for tri in TRIANGLES {
-                    let what = format!("{tri:?} of {batch}x{m}x{k}x{n} ({path})");
-                    let a = rand_bf16(&dev, &mut rng, &[batch, m, k]);
-                    let at = rand_bf16(&dev, &mut rng, &[batch, k, m]).transpose(1, 2);
-                    let b = rand_bf16(&dev, &mut rng, &[batch, k, n]);
-                    check(&a.matmul_tri(&b, tri), k, &what);
-                    check(&at.matmul_tri(&b, tri), k, &format!("{what}, A transposed"));
-                }
-            }
             let a = rand_bf16(&dev, &mut rng, &[256, 256]);
             let b = rand_bf16(&dev, &mut rng, &[256, 256]);
             let profile = dev.profile(|| a.matmul(&b).realize().unwrap());
@@ -737,6 +716,62 @@ fn bf16_products_on_tensor_cores_and_tiles() {
         }
         if let Some(gpu) = dev.wgpu() {
             gpu.set_tensor_cores(f16_cores);
+        }
+    }
+}
+
+/// Causal attention's triangular products (every [`Tri`] but `Full`) in f16 and bf16, A read either way, against the
+/// reference: on the tensor cores where the device has them for the type, and on the tiled kernel.
+/// `LAZOR_TEST_TENSOR_CORES=1` makes the run fail unless the wgpu device has f16 tensor cores.
+#[test]
+fn triangular_products_on_tensor_cores_and_tiles() {
+    use lazor::half::bf16;
+    let must = std::env::var("LAZOR_TEST_TENSOR_CORES").is_ok_and(|v| v.trim() == "1");
+    // As the f16 and bf16 tests check: the device and the reference round the f32 sum once.
+    let check = |t: &Tensor, k: usize, what: &str| {
+        let want: Vec<f32> = lazor::reference::eval(&[&t.to_dtype(DType::F32)]).pop().unwrap();
+        // Read in the product's own type: the kernel under test stores halves.
+        let got: Vec<f32> = match t.dtype() {
+            DType::F16 => t.to_vec_as::<f16>().into_iter().map(f32::from).collect(),
+            _ => t.to_vec_as::<bf16>().into_iter().map(f32::from).collect(),
+        };
+        let rel = if t.dtype() == DType::BF16 { 8e-3 } else { 2e-3 };
+        assert_close(&got, &want, rel, 4.0 * tol(k), &format!("{what} on {}", t.device().name()));
+    };
+    for dev in devices() {
+        let had = dev.wgpu().is_some_and(|g| g.tensor_cores());
+        assert!(!must || dev.is_cpu() || had, "LAZOR_TEST_TENSOR_CORES=1, but {} has no tensor cores", dev.name());
+        let mut rng = Rng::new(71);
+        for cores in [true, false].into_iter().take(if had { 2 } else { 1 }) {
+            if let Some(gpu) = dev.wgpu() {
+                gpu.set_tensor_cores(cores);
+            }
+            for dtype in [DType::F16, DType::BF16] {
+                let on = dev.wgpu().is_some_and(|g| match dtype {
+                    DType::F16 => g.tensor_cores(),
+                    _ => g.bf16_tensor_cores(),
+                });
+                let path = if on { "tensor cores" } else { "tiled" };
+                let rand = |rng: &mut Rng, shape: &[usize]| {
+                    let n: usize = shape.iter().product();
+                    let t = Tensor::from_vec_on(rng.vec(n, -1.0, 1.0), shape, &dev).to_dtype(dtype);
+                    t.realize().unwrap();
+                    t
+                };
+                for (batch, m, k, n) in [(2, 130, 130, 72), (1, 256, 256, 64), (3, 100, 256, 200)] {
+                    for tri in TRIANGLES {
+                        let what = format!("{dtype} {tri:?} of {batch}x{m}x{k}x{n} ({path})");
+                        let a = rand(&mut rng, &[batch, m, k]);
+                        let at = rand(&mut rng, &[batch, k, m]).transpose(1, 2);
+                        let b = rand(&mut rng, &[batch, k, n]);
+                        check(&a.matmul_tri(&b, tri), k, &what);
+                        check(&at.matmul_tri(&b, tri), k, &format!("{what}, A transposed"));
+                    }
+                }
+            }
+        }
+        if let Some(gpu) = dev.wgpu() {
+            gpu.set_tensor_cores(had);
         }
     }
 }
