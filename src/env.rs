@@ -27,6 +27,12 @@ pub fn nofuse() -> bool {
     flag("LAZOR_NOFUSE")
 }
 
+/// `LAZOR_COOP_TRIANGLES=1`: triangular products (causal attention's) run on the tensor cores too, where full ones
+/// do. Off until checked on a GPU with cooperative matrices.
+pub fn coop_triangles() -> bool {
+    flag("LAZOR_COOP_TRIANGLES")
+}
+
 /// `LAZOR_GROUP=1`: kernels that neither read nor write what another writes share one dispatch.
 pub fn group() -> bool {
     flag("LAZOR_GROUP")

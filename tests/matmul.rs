@@ -721,8 +721,9 @@ fn bf16_products_on_tensor_cores_and_tiles() {
 }
 
 /// Causal attention's triangular products (every [`Tri`] but `Full`) in f16 and bf16, A read either way, against the
-/// reference: on the tensor cores where the device has them for the type, and on the tiled kernel.
-/// `LAZOR_TEST_TENSOR_CORES=1` makes the run fail unless the wgpu device has f16 tensor cores.
+/// reference: on the tensor cores where the device has them for the type and `LAZOR_COOP_TRIANGLES=1` lets them
+/// run there, and on the tiled kernel. `LAZOR_TEST_TENSOR_CORES=1` makes the run fail unless the wgpu device has
+/// f16 tensor cores.
 #[test]
 fn triangular_products_on_tensor_cores_and_tiles() {
     use lazor::half::bf16;

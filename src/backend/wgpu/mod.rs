@@ -70,6 +70,8 @@ pub(crate) struct Shared {
     bf16_coop: AtomicBool,
     /// Whether kernels use 64-bit integers: the device has `SHADER_INT64`.
     int64: AtomicBool,
+    /// Whether triangular products may run on cooperative matrices (`LAZOR_COOP_TRIANGLES`).
+    coop_triangles: bool,
     /// Submits the submit thread keeps in flight (`LAZOR_QUEUE_DEPTH`, `Device::wgpu()?.set_queue_depth`).
     depth: AtomicUsize,
     /// Set when the backend is dropped: the submit thread ends.
@@ -146,8 +148,18 @@ impl WgpuBackend {
             spirv_refused: false,
         };
         let closed = AtomicBool::new(false);
-        let shared =
-            Arc::new(Shared { gpu, state: Mutex::new(state), subgroups, f16, coop, bf16_coop, int64, depth, closed });
+        let shared = Arc::new(Shared {
+            gpu,
+            state: Mutex::new(state),
+            subgroups,
+            f16,
+            coop,
+            bf16_coop,
+            int64,
+            coop_triangles: crate::env::coop_triangles(),
+            depth,
+            closed,
+        });
         WgpuBackend::with_submitter(shared)
     }
 
@@ -179,6 +191,7 @@ impl WgpuBackend {
             coop: self.coop.load(Ordering::Relaxed),
             bf16_coop: self.bf16_coop.load(Ordering::Relaxed) && self.coop.load(Ordering::Relaxed),
             int64: self.int64.load(Ordering::Relaxed),
+            coop_triangles: self.coop_triangles,
         }
     }
 

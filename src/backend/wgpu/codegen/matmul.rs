@@ -414,7 +414,7 @@ mod tests {
 
     #[test]
     fn triangular_products_run_on_tensor_cores_with_the_triangle_kept() {
-        let coop = Target { subgroups: true, f16: true, coop: true, ..Default::default() };
+        let coop = Target { subgroups: true, f16: true, coop: true, coop_triangles: true, ..Default::default() };
         for tri in [Tri::OutLower, Tri::OutUpper, Tri::Causal, Tri::ALower, Tri::AUpper] {
             for (ta, tb) in [(false, false), (true, true)] {
                 let kernel = f16_product_keeping(tri, (200, 200, 72), ta, tb);
@@ -427,6 +427,9 @@ mod tests {
                 assert_eq!(src.contains("keep(row, col, frag["), !masks_a, "{tri:?}: outputs through keep");
                 assert_eq!(src.contains("put(li, mask_a(li, m0, k0, ra), rb)"), masks_a, "{tri:?}");
                 validate(&src);
+                // Until `LAZOR_COOP_TRIANGLES` turns them on, triangular products stay tiled.
+                let off = Target { coop_triangles: false, ..coop };
+                assert!(!uses_coop(&kernel, &mm, &off) && !generate(&kernel, &off).contains("coop"), "{tri:?}");
             }
         }
     }

@@ -5,6 +5,7 @@
 use super::Target;
 use crate::dtype::DType;
 use crate::kernel::{Kernel, Matmul, COOP_BK};
+use crate::op::Tri;
 
 /// How the tensor-core kernel lays its 8 subgroups over a `bm x bn` block: `(sgn, fm, fn)`, subgroups along n and
 /// 16 x 16 fragments per subgroup along m and n, the most square split. `None` when the block does not split into
@@ -54,6 +55,7 @@ pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
         && k.types[mm.b] == k.types[mm.a]
         && coop_layout(mm.tile.bm, mm.tile.bn).is_some()
         && coop_bytes(mm) <= COOP_WORKGROUP_BYTES
+        && (mm.tri == Tri::Full || target.coop_triangles)
 }
 
 /// Whether tiled kernel `k` stores its outputs 4 columns at a time ([`Matmul::quad`]; not the tensor-core or thin

@@ -284,6 +284,9 @@ pub struct Target {
     /// bf16 products on the tensor cores too, through the SPIR-V path (`spirv::Edits::bf16`): the tensor-core
     /// kernel stages bf16 bits in its f16 slabs, retyped to bf16 in its SPIR-V. Only with `coop`.
     pub bf16_coop: bool,
+    /// Triangular products ([`crate::op::Tri`]) on the tensor cores too (`matmul_tri::specialise_coop`), by
+    /// `LAZOR_COOP_TRIANGLES=1`: off until checked on a GPU with cooperative matrices. Only with `coop`.
+    pub coop_triangles: bool,
     /// 64-bit integers (`wgpu::Features::SHADER_INT64`): the random generator's high-word multiply is one
     /// instruction.
     pub int64: bool,

@@ -24,7 +24,8 @@ fn product(dt: DType, m: usize, k: usize, n: usize, act: Option<UnaryOp>) -> Ker
     kernels[0].clone()
 }
 
-const CORES: Target = Target { subgroups: true, f16: true, coop: true, bf16_coop: true, int64: false };
+const CORES: Target =
+    Target { subgroups: true, f16: true, coop: true, bf16_coop: true, int64: false, coop_triangles: false };
 
 #[test]
 fn bf16_products_take_the_tensor_core_kernel_only_on_the_spirv_path() {
