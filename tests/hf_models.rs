@@ -327,6 +327,35 @@ fn check_model(what: &str, model: &dyn CausalLm, host: &dyn Fn(&[i32]) -> Vec<Ve
     kernels
 }
 
+/// Greedy decoding with the cache submits each token's realize before the previous token is read: when a decoded
+/// token reaches the caller, the next one's realize has already run (the prompt's is read at once, the last has no
+/// next). Sampling and decoding without the cache read each token before the next realize.
+#[test]
+fn greedy_decoding_submits_the_next_token_before_reading_this_one() {
+    let (w, config) = gpt2_weights(5);
+    let dir = scratch_with("hf_gpt2_ahead", &w, &config);
+    for dev in devices() {
+        let model = gpt2::Gpt2::load(&dir, None, &dev).unwrap();
+        for (cache, sampling, ahead) in [
+            (true, Sampling::GREEDY, true),
+            (false, Sampling::GREEDY, false),
+            (true, Sampling { temperature: 0.8, top_k: 5, seed: 3 }, false),
+        ] {
+            let max_new = 6;
+            let opts = Options { max_new, sampling, cache, keep_logits: false };
+            let mut seen = Vec::new();
+            generate(&model, &prompts(), &opts, &mut |_| seen.push(dev.stats().realizes)).unwrap();
+            // Realizes done when step n is delivered, counted from the prompt's (the caches' allocation before it
+            // realizes too): n + 1 read at once, n + 2 with the next one submitted first.
+            let seen: Vec<u64> = seen.iter().map(|&r| r + 1 - seen[0]).collect();
+            let want: Vec<u64> = (0..max_new as u64)
+                .map(|n| if ahead && n > 0 && n + 1 < max_new as u64 { n + 2 } else { n + 1 })
+                .collect();
+            assert_eq!(seen, want, "cache {cache}, {sampling:?} on {}", dev.name());
+        }
+    }
+}
+
 #[test]
 fn a_prompt_may_fill_every_position_the_last_token_is_never_fed() {
     let (w, config) = gpt2_weights(4);
