@@ -194,15 +194,23 @@ struct Out {
 }
 
 impl Out {
-    /// Records a step's tokens as they arrive.
-    fn deliver(&mut self, tokens: Vec<i32>, logits: Option<Vec<f32>>, stats: Stats, live_bytes: u64) {
+    /// Records a step's tokens as they arrive, with the device's counters around its realize, and hands the step
+    /// to `on_step`.
+    fn deliver(
+        &mut self,
+        (tokens, logits): (Vec<i32>, Option<Vec<f32>>),
+        (before, after): (Stats, Stats),
+        on_step: &mut dyn FnMut(&Step),
+    ) {
         for (seq, &tok) in self.sequences.iter_mut().zip(&tokens) {
             seq.push(tok);
         }
         let now = Instant::now();
         let time = now - self.last;
         self.last = now;
+        let (stats, live_bytes) = (after.since(&before), after.live_buffer_bytes);
         self.steps.push(Step { tokens, logits, time, stats, live_bytes });
+        on_step(self.steps.last().expect("a step"));
     }
 
     /// Waits for a greedy step's read and records it.
@@ -210,8 +218,7 @@ impl Out {
         let mut values = step.read.wait().map_err(|e| e.to_string())?;
         let logits = keep_logits.then(|| values.pop().expect("logits read"));
         let tokens = values[0].iter().map(|&x| x as i32).collect();
-        self.deliver(tokens, logits, step.after.since(&step.before), step.after.live_buffer_bytes);
-        on_step(self.steps.last().expect("a step"));
+        self.deliver((tokens, logits), (step.before, step.after), on_step);
         Ok(())
     }
 }
@@ -284,9 +291,7 @@ pub fn generate(
                 let vocab = values.len() / b;
                 let tokens: Vec<i32> = values.chunks(vocab).map(|row| sample(row, &opts.sampling, &mut rng)).collect();
                 ids = Tensor::from_vec_on(tokens.clone(), [b, 1], &dev);
-                let stats = dev.stats();
-                out.deliver(tokens, opts.keep_logits.then_some(values), stats.since(&before), stats.live_buffer_bytes);
-                on_step(out.steps.last().expect("a step"));
+                out.deliver((tokens, opts.keep_logits.then_some(values)), (before, dev.stats()), on_step);
             }
         }
         if let Some(last) = in_flight.take() {

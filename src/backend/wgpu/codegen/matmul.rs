@@ -57,12 +57,6 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
             mm.a_along_k,
             mm.b_along_k
         );
-        if mm.tri != Tri::Full {
-            let (out, a) = mm.tri.codes();
-            let _ = writeln!(e.out, "const TRI_OUT: u32 = {out}u;\nconst TRI_A: u32 = {a}u;");
-            // The triangle's fill (-inf for a causal mask) is a run-time constant.
-            e.b.need(&[crate::op::Helper::Bits]);
-        }
     } else if let Some(thin) = mm.thin {
         let _ = write!(
             e.out,
@@ -80,10 +74,13 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
              const VA: bool = {};\nconst VB: bool = {};\n",
             t.bm, t.bn, t.bk, t.tm, t.tn, mm.a_along_k, mm.b_along_k, mm.even, mm.vec_a, mm.vec_b
         );
-        if mm.tri != Tri::Full {
-            let (out, a) = mm.tri.codes();
-            let _ = writeln!(e.out, "const TRI_OUT: u32 = {out}u;\nconst TRI_A: u32 = {a}u;");
-        }
+    }
+    // A triangular product (tiled or on tensor cores; never thin) names its triangle, and fills outside it with a
+    // run-time constant (-inf for a causal mask).
+    if mm.tri != Tri::Full {
+        let (out, a) = mm.tri.codes();
+        let _ = writeln!(e.out, "const TRI_OUT: u32 = {out}u;\nconst TRI_A: u32 = {a}u;");
+        e.b.need(&[crate::op::Helper::Bits]);
     }
     let (row, col) = (rank - 2, rank - 1);
     // Batch coordinates: set once per workgroup, read by every load and store.
@@ -133,10 +130,6 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
         e.out.push_str(&THIN_SKELETON.replace("/*STORES*/", &puts));
     } else {
         let skeleton = matmul_tri::specialise(SKELETON, mm.tri);
-        if mm.tri != crate::op::Tri::Full {
-            // The triangle's fill (-inf for a causal mask) is a run-time constant.
-            e.b.need(&[crate::op::Helper::Bits]);
-        }
         e.out.push_str(&skeleton.replace("/*STORES*/", &stores(mm.tile, store4, mm.tri.codes().0 != 0)));
     }
     let Emitter { b, out, .. } = e;

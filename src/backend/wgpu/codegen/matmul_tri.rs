@@ -149,7 +149,7 @@ pub(super) fn specialise_coop(skeleton: String, tri: Tri) -> String {
     // Outputs pass through `keep` only where an output triangle is kept (`keep` fills everything past the
     // diagonal); A's octets are masked only where A's triangle is.
     let (keeps_out, masks_a) = (tri.codes().0 != 0, tri.codes().1 != 0);
-    let edits: [(&str, String); 8] = [
+    let mut edits: Vec<(&str, String)> = vec![
         (
             "@compute @workgroup_size(256)",
             format!("{HELPERS}{}\n@compute @workgroup_size(256)", if masks_a { MASK_OCTETS } else { "" }),
@@ -159,20 +159,14 @@ pub(super) fn specialise_coop(skeleton: String, tri: Tri) -> String {
         ("fetch_b(li, n0, 0u, base_b, size)", "fetch_b(li, n0, k_lo, base_b, size)".into()),
         ("for (var k0 = 0u; k0 < size.z; k0 += BK)", "for (var k0 = k_lo; k0 < k_hi; k0 += BK)".into()),
         ("if (k0 + BK < size.z)", "if (k0 + BK < k_hi)".into()),
-        (
-            "store(row, col, (base + row) * size.y + col, frag[sg * 256u + e]);",
-            if keeps_out {
-                "store(row, col, (base + row) * size.y + col, keep(row, col, frag[sg * 256u + e]));"
-            } else {
-                "store(row, col, (base + row) * size.y + col, frag[sg * 256u + e]);"
-            }
-            .into(),
-        ),
-        (
-            "        put(li, ra, rb);",
-            if masks_a { "        put(li, mask_a(li, m0, k0, ra), rb);" } else { "        put(li, ra, rb);" }.into(),
-        ),
     ];
+    if keeps_out {
+        let frag = "frag[sg * 256u + e]";
+        edits.push((frag, format!("keep(row, col, {frag})")));
+    }
+    if masks_a {
+        edits.push(("put(li, ra, rb);", "put(li, mask_a(li, m0, k0, ra), rb);".into()));
+    }
     let mut s = skeleton;
     for (from, to) in edits {
         assert_eq!(s.matches(from).count(), 1, "the tensor-core skeleton has `{from}` once");
