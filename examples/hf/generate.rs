@@ -178,9 +178,12 @@ impl Pending {
     }
 }
 
-/// A greedy step submitted, its token not yet read: the device's counters around its realize.
+/// A greedy step submitted, its token not yet read: the device's counters around its realize, and the tensors it
+/// reads, held until it is delivered so that what is live does not depend on whether the read had finished by its
+/// first poll (which drops the read's own handles).
 struct InFlight {
     read: Pending,
+    _read: Vec<Tensor>,
     before: Stats,
     after: Stats,
 }
@@ -277,7 +280,12 @@ pub fn generate(
                 if opts.keep_logits {
                     read.push(&wide);
                 }
-                let step = InFlight { read: Pending::submit(&read), before, after: dev.stats() };
+                let step = InFlight {
+                    read: Pending::submit(&read),
+                    _read: read.iter().map(|&t| t.clone()).collect(),
+                    before,
+                    after: dev.stats(),
+                };
                 ids = next.to_dtype(DType::I32).reshape([b, 1]);
                 if let Some(previous) = in_flight.take() {
                     out.greedy(previous, opts.keep_logits, on_step)?;
