@@ -183,6 +183,15 @@ fn run(args: &Args) -> Result<bool, String> {
             last.stats.pipelines_compiled,
             if args.cache { "with the KV cache" } else { "without a cache" }
         );
+        let decode = &g.steps[2.min(g.steps.len())..];
+        let mean = |f: &dyn Fn(&Step) -> std::time::Duration| {
+            decode.iter().map(|s| f(s).as_secs_f64()).sum::<f64>() * 1e3 / decode.len().max(1) as f64
+        };
+        eprintln!(
+            "host per token: {:.3} ms building the graph, {:.3} ms realizing it up to its submit",
+            mean(&|s| s.build),
+            mean(&|s| s.submit)
+        );
     }
     // The caches: keys and values of every layer, [batch, heads, prompt + new - 1, head_dim] each.
     let positions = (args.prompt.len() + args.max_new.max(1) - 1) as u64;

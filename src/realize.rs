@@ -130,6 +130,7 @@ impl Engine {
             matmul_tiles: backend.matmul_tiles(),
             row_team_min: backend.row_team_min(),
             workgroup_bytes: backend.workgroup_bytes(),
+            half_operands: backend.half_operands(),
         }
     }
 
@@ -214,6 +215,9 @@ impl Engine {
                 if done.spirv.contains(&n) {
                     // Profiles say which path compiled a kernel: the SPIR-V path's are marked.
                     run.name.push_str(" [spirv]");
+                }
+                if done.cores.contains(&n) {
+                    run.name.push_str(" [tensor cores]");
                 }
                 // Kernels of one dispatch are one run, timed together.
                 match runs.last_mut() {

@@ -3,7 +3,7 @@
 //! Run once per `LAZOR_MATMUL_TILE` value, it is the sweep that tunes the tile table (`docs/matmul.md`).
 
 use crate::timing::{measure, Config};
-use lazor::{Device, Tensor};
+use lazor::{DType, Device, Tensor};
 
 /// A product `op(a) op(b)` with `a` `[batch, m, k]` (stored `[batch, k, m]` when `ta`), `b` `[batch, k, n]`
 /// (stored `[batch, n, k]` when `tb`).
@@ -47,10 +47,17 @@ const SHAPES: [Shape; 21] = [
     s("square 1024^3", 1, 1024, 1024, 1024, false, false),
 ];
 
-/// Times each shape as `cfg.batch` realizes then one `synchronize`; prints TFLOP/s per shape and the total time.
+/// Times each shape as `cfg.batch` realizes then one `synchronize`; prints TFLOP/s per shape and the total time, in
+/// f32 and, on a device whose products run on tensor cores, in f16 and bf16 too (mixed-precision training's).
 pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
+    let cores = dev.wgpu().is_some_and(|g| g.tensor_cores());
+    let types: &[DType] = if cores { &[DType::F32, DType::F16, DType::BF16] } else { &[DType::F32] };
+    types.iter().all(|&dt| table(dev, cfg, small, dt))
+}
+
+fn table(dev: &Device, cfg: &Config, small: bool, dt: DType) -> bool {
     let tile = std::env::var("LAZOR_MATMUL_TILE").unwrap_or_else(|_| "the table".into());
-    println!("## lazor training-shapes benchmark ({tile})\n");
+    println!("## lazor training-shapes benchmark, {dt:?} ({tile})\n");
     println!("- device: {}; {}; x{} = that many realizes per synchronize\n", dev.name(), cfg.method(), cfg.batch);
     println!("| product | shape | ms (x{}) | TFLOP/s |", cfg.batch);
     println!("|---|---|---:|---:|");
@@ -60,8 +67,8 @@ pub fn run(dev: &Device, cfg: &Config, small: bool) -> bool {
         let d = |x: usize| if small { x.div_ceil(16) } else { x };
         let (batch, m, k, n) = (sh.batch.div_ceil(if small { 16 } else { 1 }), d(sh.m), d(sh.k), d(sh.n));
         let seed = 2 * i as u64;
-        let a = Tensor::randn_on(if sh.ta { [batch, k, m] } else { [batch, m, k] }, seed, dev) + 0.0;
-        let b = Tensor::randn_on(if sh.tb { [batch, n, k] } else { [batch, k, n] }, seed + 1, dev) + 0.0;
+        let a = (Tensor::randn_on(if sh.ta { [batch, k, m] } else { [batch, m, k] }, seed, dev) + 0.0).to_dtype(dt);
+        let b = (Tensor::randn_on(if sh.tb { [batch, n, k] } else { [batch, k, n] }, seed + 1, dev) + 0.0).to_dtype(dt);
         lazor::realize(&[&a, &b]).expect("operands");
         let (a, b) = (if sh.ta { a.transpose(1, 2) } else { a }, if sh.tb { b.transpose(1, 2) } else { b });
         // A batch of one is a plain matrix product, as a training step has it.

@@ -82,6 +82,10 @@ pub struct Step {
     /// Wall time from the previous step's tokens (or the start) to this step's: read-back included, and under
     /// greedy decoding with the cache the building of the next step, which overlaps this one's GPU work.
     pub time: Duration,
+    /// The host's own work for the step: building its graph, and the realize up to its submit (planning, or
+    /// finding the plan cached, and encoding the kernels).
+    pub build: Duration,
+    pub submit: Duration,
     /// What the device did during the step (the counters' differences).
     pub stats: Stats,
     /// Bytes of buffers live after the step.
@@ -186,6 +190,7 @@ struct InFlight {
     _read: Vec<Tensor>,
     before: Stats,
     after: Stats,
+    host: (Duration, Duration),
 }
 
 /// What generation has produced so far.
@@ -203,6 +208,7 @@ impl Out {
         &mut self,
         (tokens, logits): (Vec<i32>, Option<Vec<f32>>),
         (before, after): (Stats, Stats),
+        (build, submit): (Duration, Duration),
         on_step: &mut dyn FnMut(&Step),
     ) {
         for (seq, &tok) in self.sequences.iter_mut().zip(&tokens) {
@@ -212,7 +218,7 @@ impl Out {
         let time = now - self.last;
         self.last = now;
         let (stats, live_bytes) = (after.since(&before), after.live_buffer_bytes);
-        self.steps.push(Step { tokens, logits, time, stats, live_bytes });
+        self.steps.push(Step { tokens, logits, time, build, submit, stats, live_bytes });
         on_step(self.steps.last().expect("a step"));
     }
 
@@ -221,7 +227,7 @@ impl Out {
         let mut values = step.read.wait().map_err(|e| e.to_string())?;
         let logits = keep_logits.then(|| values.pop().expect("logits read"));
         let tokens = values[0].iter().map(|&x| x as i32).collect();
-        self.deliver((tokens, logits), (step.before, step.after), on_step);
+        self.deliver((tokens, logits), (step.before, step.after), step.host, on_step);
         Ok(())
     }
 }
@@ -263,6 +269,7 @@ pub fn generate(
     lazor::no_grad(|| -> Result<(), String> {
         for n in 0..opts.max_new {
             let before = dev.stats();
+            let started = Instant::now();
             let logits = match opts.cache {
                 true => model.forward(&ids, if n == 0 { 0 } else { t0 + n - 1 }, Some(&caches), true),
                 false => {
@@ -280,11 +287,15 @@ pub fn generate(
                 if opts.keep_logits {
                     read.push(&wide);
                 }
+                let built = Instant::now();
+                let pending = Pending::submit(&read);
+                let host = (built - started, built.elapsed());
                 let step = InFlight {
-                    read: Pending::submit(&read),
+                    read: pending,
                     _read: read.iter().map(|&t| t.clone()).collect(),
                     before,
                     after: dev.stats(),
+                    host,
                 };
                 ids = next.to_dtype(DType::I32).reshape([b, 1]);
                 if let Some(previous) = in_flight.take() {
@@ -295,11 +306,13 @@ pub fn generate(
                     false => out.greedy(step, opts.keep_logits, on_step)?,
                 }
             } else {
+                let built = Instant::now();
                 let values = logits.to_dtype(DType::F32).try_to_vec().map_err(|e| e.to_string())?;
+                let host = (built - started, Duration::ZERO);
                 let vocab = values.len() / b;
                 let tokens: Vec<i32> = values.chunks(vocab).map(|row| sample(row, &opts.sampling, &mut rng)).collect();
                 ids = Tensor::from_vec_on(tokens.clone(), [b, 1], &dev);
-                out.deliver((tokens, opts.keep_logits.then_some(values)), (before, dev.stats()), on_step);
+                out.deliver((tokens, opts.keep_logits.then_some(values)), (before, dev.stats()), host, on_step);
             }
         }
         if let Some(last) = in_flight.take() {

@@ -67,6 +67,8 @@ pub(crate) struct Done {
     /// The kernels that ran from SPIR-V lazor wrote (the Vulkan backend's SPIR-V path), by index into the job's
     /// kernels, when the job was profiled; empty otherwise.
     pub spirv: Vec<usize>,
+    /// The product kernels that ran on tensor cores (cooperative matrices), likewise.
+    pub cores: Vec<usize>,
 }
 
 /// What every backend does: run kernel IR over its buffers, read them back, keep a pool. What only the wgpu
@@ -90,6 +92,11 @@ pub(crate) trait Backend: Send + Sync {
     /// backend that runs kernels one by one has no such limit.
     fn workgroup_bytes(&self) -> u32 {
         u32::MAX
+    }
+    /// Whether half products run on tensor cores, fetching their operands 16 bytes at a time (the scheduler's
+    /// `Options::half_operands`).
+    fn half_operands(&self) -> bool {
+        false
     }
     /// Fails if the device was lost or reported an error since the last call.
     fn check_health(&self) -> Result<()>;

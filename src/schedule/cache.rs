@@ -170,6 +170,7 @@ impl PlanCache {
         key.extend([
             u64::from(opts.fuse),
             u64::from(opts.group),
+            u64::from(opts.half_operands),
             opts.max_bindings as u64,
             opts.max_ops as u64,
             order.len() as u64,

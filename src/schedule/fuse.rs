@@ -47,6 +47,10 @@ pub struct Options {
     /// Bytes of workgroup memory one dispatch may declare: the backend's limit, which kernels joining one
     /// dispatch share (`dispatch.rs`).
     pub workgroup_bytes: u32,
+    /// Whether half products run on tensor cores, which fetch their f16 and bf16 operands from memory 16 bytes at a
+    /// time: a cast to a half type that a product reads is then stored (by the kernel computing its input), not
+    /// recomputed in the product's tile loads, which would fetch one element at a time (autocast's `linear`).
+    pub half_operands: bool,
 }
 
 impl Options {
@@ -61,6 +65,7 @@ impl Options {
         matmul_tiles: crate::kernel::MatmulTiles::TUNED,
         row_team_min: 64,
         workgroup_bytes: 16384,
+        half_operands: false,
     };
 }
 
@@ -195,7 +200,10 @@ pub(super) fn materialize(
                             && graph.node(*i).shape.numel() > 0
                     })
                     .map(|i| stored_for_view(graph, &fusion, i))
-                    .or_else(|| inputs.iter().find_map(over_product)),
+                    .or_else(|| inputs.iter().find_map(over_product))
+                    .or_else(|| {
+                        inputs.iter().find_map(|&i| half_cast(graph, &fusion, i).filter(|_| opts.half_operands))
+                    }),
                 _ => None,
             };
             if let Some(h) = heavy {
@@ -323,6 +331,16 @@ fn stored_for_view(graph: &Graph, fusion: &Fusion, id: NodeId) -> NodeId {
     } else {
         id
     }
+}
+
+/// The cast to f16 or bf16 a product's operand `id` reads through its views, where it is not stored yet
+/// ([`Options::half_operands`]).
+fn half_cast(graph: &Graph, fusion: &Fusion, id: NodeId) -> Option<NodeId> {
+    let src = stored_for_view(graph, fusion, id);
+    let node = graph.node(src);
+    let half = matches!(node.dtype, crate::dtype::DType::F16 | crate::dtype::DType::BF16);
+    (half && matches!(node.op, NodeOp::Cast(_)) && !fusion.is_buffer(graph, src) && node.shape.numel() > 0)
+        .then_some(src)
 }
 
 /// What a read of `id` through its views reaches in one composed view: the first stored node under the views or

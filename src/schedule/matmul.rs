@@ -28,16 +28,16 @@ pub(crate) const THIN: usize = crate::kernel::THIN_SIDE;
 /// most (figures: docs/notes/source-measurements.md, `src/schedule/matmul.rs`).
 const QUAD_MAX_K: usize = 384;
 
-/// The tile for a product of `batch` matrices of `m` x `n` outputs keeping `tri`; `f16` when both operands are f16,
-/// which run on tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3,
+/// The tile for a product of `batch` matrices of `m` x `n` outputs keeping `tri`; `half` when both operands are f16
+/// (or both bf16), which run on tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3,
 /// ahead of 128 x 128 (docs/matmul.md), at a small cost to the tiled kernel. A triangular product takes the square
 /// `tri` tile whatever its shape ([`MatmulTiles::tri`]).
-pub(super) fn choose_tile(m: usize, n: usize, batch: usize, f16: bool, tri: Tri, tiles: &MatmulTiles) -> MatmulTile {
+pub(super) fn choose_tile(m: usize, n: usize, batch: usize, half: bool, tri: Tri, tiles: &MatmulTiles) -> MatmulTile {
     if tri != Tri::Full {
         return tiles.tri;
     }
     let busy = |tile: MatmulTile| tile.groups(m, n) * batch >= tiles.min_large_groups;
-    if f16 && busy(tiles.wide) {
+    if half && busy(tiles.wide) {
         return tiles.wide;
     }
     // Thin shapes first: a large tile over 64 columns leaves half its threads' outputs empty (the attention's
@@ -87,8 +87,10 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     l.epilogue(&grp.members, &out, Some(mm), written)?;
     let (a_along_k, b_along_k) = (along_k(&l.k, 0..a_end, r - 1, r - 2), along_k(&l.k, a_end..b_end, r - 2, r - 1));
     let batch = out.numel() / (m * n);
-    let f16 = graph.node(a).dtype == DType::F16 && graph.node(b).dtype == DType::F16;
-    let chosen = forced.unwrap_or_else(|| choose_tile(m, n, batch, f16, tri, &tiles));
+    // Half operands of one type: the product may run on tensor cores (f16 always, bf16 where the backend can).
+    let ta = graph.node(a).dtype;
+    let half = matches!(ta, DType::F16 | DType::BF16) && graph.node(b).dtype == ta;
+    let chosen = forced.unwrap_or_else(|| choose_tile(m, n, batch, half, tri, &tiles));
     // Whether `tile`'s blocks, `bk` steps of k deep, cover the product exactly.
     let covers =
         |tile: MatmulTile, bk: u32| [(m, tile.bm), (n, tile.bn), (k, bk)].iter().all(|&(x, b)| x % b as usize == 0);
@@ -116,9 +118,8 @@ pub(super) fn lower(cx: GroupCtx) -> Result<Vec<Kernel>, NodeId> {
     }
     let (vec_a, vec_b) = (fetch.a.is_some(), fetch.b.is_some());
     // The tensor-core kernel's octets (`Matmul::octets_a`), should the backend run this product there.
-    let coop_even = f16 && thin.is_none() && covers(tile, crate::kernel::COOP_BK);
-    let octets =
-        |body: std::ops::Range<usize>, axis: usize| coop_even && wide_input(&l.k, body, axis, DType::F16, 8).is_some();
+    let coop_even = half && thin.is_none() && covers(tile, crate::kernel::COOP_BK);
+    let octets = |body: std::ops::Range<usize>, axis: usize| coop_even && wide_input(&l.k, body, axis, ta, 8).is_some();
     let octets_a = octets(0..a_end, if a_along_k { r - 1 } else { r - 2 });
     let octets_b = octets(a_end..b_end, if b_along_k { r - 2 } else { r - 1 });
     l.k.kind = Kind::Matmul(Matmul {

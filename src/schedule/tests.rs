@@ -329,6 +329,39 @@ fn f16_operands_are_whole_octets_only_where_every_octet_is_aligned() {
 }
 
 #[test]
+fn bf16_operands_are_octets_and_casts_to_half_operands_are_stored_where_products_run_on_tensor_cores() {
+    use crate::kernel::Kind;
+    let mut g = Graph::default();
+    let a = g.add(NodeOp::Data(vec![0; 1024 * 256 * 2]), Shape::from([1024, 256]), DType::BF16);
+    let w = g.add(NodeOp::Data(vec![0; 256 * 1024 * 2]), Shape::from([256, 1024]), DType::BF16);
+    let p = g.add(NodeOp::Matmul(a, w, Tri::Full), Shape::from([1024, 1024]), DType::BF16);
+    let Kind::Matmul(mm) = plan(&g, &[p], &FUSE).kernels[0].kind else { panic!("a product") };
+    assert_eq!((mm.octets_a, mm.octets_b), (true, true), "bf16 operands go to tensor cores 16 bytes at a time too");
+    assert_eq!(mm.tile, crate::kernel::MatmulTiles::TUNED.wide, "the tensor cores' block");
+    // Autocast's linear: an f32 activation and an f32 weight cast to bf16 where the product reads them.
+    let mut g = Graph::default();
+    let x = data(&mut g, &[1024, 256]);
+    let wf = data(&mut g, &[1024, 256]);
+    let x = g.add(NodeOp::Unary(UnaryOp::Relu, x), Shape::from([1024, 256]), DType::F32);
+    let xc = g.add(NodeOp::Cast(x), Shape::from([1024, 256]), DType::BF16);
+    let wc = g.add(NodeOp::Cast(wf), Shape::from([1024, 256]), DType::BF16);
+    let v = View { shape: Shape::from([256, 1024]), strides: vec![1, 256].into(), offset: 0 };
+    let wt = g.add(NodeOp::View(v, wc), Shape::from([256, 1024]), DType::BF16);
+    let p = g.add(NodeOp::Matmul(xc, wt, Tri::Full), Shape::from([1024, 1024]), DType::BF16);
+    // Fused into the product's tile loads where products are tiled (and on the CPU backend).
+    let fused = plan(&g, &[p], &FUSE);
+    assert_eq!(fused.kernels.len(), 1);
+    // Stored where they run on tensor cores: the relu and its cast, and the weight's cast, by one kernel of two
+    // outputs (the same shape), and the product fetches both as octets.
+    let cores = plan(&g, &[p], &Options { half_operands: true, ..FUSE });
+    let names: Vec<String> = cores.kernels.iter().map(|k| k.name()).collect();
+    assert_eq!(cores.kernels.len(), 2, "{names:?}");
+    assert_eq!(cores.kernels[0].outputs.len(), 2, "{names:?}");
+    let Kind::Matmul(mm) = cores.kernels[1].kind else { panic!("the product last") };
+    assert_eq!((mm.octets_a, mm.octets_b), (true, true));
+}
+
+#[test]
 fn matmul_takes_its_epilogue_and_cheap_prologues() {
     let mut g = Graph::default();
     let (x, w, _) = matmul(&mut g, 64, 32, 48);

@@ -255,7 +255,7 @@ impl Backend for CpuBackend {
                 st.remove(key, stats);
             }
         }
-        Ok(Done { kept, reads, times, spirv: Vec::new() })
+        Ok(Done { kept, reads, times, spirv: Vec::new(), cores: Vec::new() })
     }
 
     fn release(&self, key: BufferKey, stats: &mut Stats) {

@@ -345,11 +345,25 @@ impl WgpuBackend {
             .zip(job.reads)
             .map(|(buffer, &slot)| st.reads.insert(readback::PendingRead::start(buffer, job.buffers[slot].bytes)))
             .collect();
-        let spirv = match job.profile {
-            true => runs.iter().zip(&compiled).filter(|(_, c)| c.spirv).flat_map(|(run, _)| run.clone()).collect(),
-            false => Vec::new(),
-        };
-        Ok(Done { kept, reads, times, spirv })
+        let (mut spirv, mut cores) = (Vec::new(), Vec::new());
+        if job.profile {
+            for (run, c) in runs.iter().zip(&compiled) {
+                for n in run.clone() {
+                    if c.spirv {
+                        spirv.push(n);
+                    }
+                    // bf16 products reach the tensor cores only through SPIR-V: one the path refused ran tiled.
+                    let k = &job.kernels[n];
+                    if let crate::kernel::Kind::Matmul(mm) = &k.kind {
+                        if codegen::uses_coop(k, mm, &target) && (k.types[mm.a] != crate::dtype::DType::BF16 || c.spirv)
+                        {
+                            cores.push(n);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Done { kept, reads, times, spirv, cores })
     }
 }
 

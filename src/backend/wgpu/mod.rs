@@ -335,6 +335,11 @@ impl Backend for WgpuBackend {
         self.gpu.limits.max_compute_workgroup_storage_size
     }
 
+    fn half_operands(&self) -> bool {
+        let target = self.target();
+        target.coop && target.f16
+    }
+
     fn check_health(&self) -> Result<()> {
         self.gpu.check_health()
     }

@@ -20,7 +20,7 @@ const THIN_SKELETON: &str = include_str!("../../../../kernels/matmul_thin.wgsl")
 pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let Kind::Matmul(mm) = k.kind else { unreachable!("a matmul kernel") };
     let t = mm.tile;
-    let layout = if mm.thin.is_none() && uses_coop(k, &mm, target) { coop_layout(t.bm, t.bn) } else { None };
+    let layout = if uses_coop(k, &mm, target) { coop_layout(t.bm, t.bn) } else { None };
     let operands = [
         (true, 0..mm.a_end, mm.a, mm.a_along_k, mm.octets_a),
         (false, mm.a_end..mm.b_end, mm.b, !mm.b_along_k, mm.octets_b),

@@ -41,8 +41,8 @@ pub(crate) fn coop_bytes(mm: &Matmul) -> u32 {
     2 * (pa * la + pb * lb) + 8 * 256 * 4
 }
 
-/// Whether `k` runs on the tensor cores for `target`: both operands are f16 (or bf16 where the SPIR-V path runs
-/// them: [`Target::bf16_coop`]), and the block splits over 8 subgroups
+/// Whether `k` runs on the tensor cores for `target`: a tiled product (not a thin one), both operands f16 (or bf16
+/// where the SPIR-V path runs them: [`Target::bf16_coop`]), and the block splits over 8 subgroups
 /// and fits in workgroup memory (a forced `LAZOR_MATMUL_TILE` may not).
 pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
     // bf16 runs as f16 retyped to bf16 (`spirv::Edits::bf16`): every f16 of the kernel would be retyped with it,
@@ -51,6 +51,7 @@ pub(crate) fn uses_coop(k: &Kernel, mm: &Matmul, target: &Target) -> bool {
     let half = |t: DType| t == DType::F16 || (t == DType::BF16 && target.bf16_coop && no_f16());
     target.coop
         && target.f16
+        && mm.thin.is_none()
         && half(k.types[mm.a])
         && k.types[mm.b] == k.types[mm.a]
         && coop_layout(mm.tile.bm, mm.tile.bn).is_some()

@@ -13,7 +13,6 @@ mod matmul_form;
 mod matmul_stores;
 mod matmul_tri;
 mod online;
-#[cfg(test)]
 pub(crate) use matmul_form::uses_coop;
 pub(crate) use matmul_form::COOP_WORKGROUP_BYTES;
 #[cfg(test)]
