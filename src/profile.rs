@@ -188,6 +188,9 @@ pub struct Stats {
     pub param_uploads: u64,
     /// Device buffers created (pool misses), read-back staging buffers included.
     pub buffers_allocated: u64,
+    /// Bind groups created: a kernel binding the same buffers (and parameter block) as a recent one reuses its
+    /// group, so a loop over fixed shapes creates none after its first steps. Always 0 on the CPU backend.
+    pub bind_groups_created: u64,
     /// Bytes of storage buffers holding values now: realized tensors and a realize's intermediates, not the pool's
     /// free buffers or staging buffers.
     pub live_buffer_bytes: u64,
@@ -225,6 +228,7 @@ impl Stats {
             bytes_downloaded: grown(self.bytes_downloaded, before.bytes_downloaded),
             param_uploads: grown(self.param_uploads, before.param_uploads),
             buffers_allocated: grown(self.buffers_allocated, before.buffers_allocated),
+            bind_groups_created: grown(self.bind_groups_created, before.bind_groups_created),
             ..*self
         }
     }

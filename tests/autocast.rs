@@ -245,16 +245,19 @@ fn casts_fuse_into_the_kernels_that_read_them() {
     for dev in devices() {
         let mut rng = Rng::new(5);
         let o = operands(&dev, &mut rng);
+        // Where half products run on tensor cores, a cast a product reads is stored by the kernel computing its input
+        // (the tensor-core kernel fetches stored halves 16 bytes at a time): one pass per cast operand at most.
+        let cores = dev.wgpu().is_some_and(|g| g.tensor_cores());
+        let casts = |n: u64| if cores { n } else { 0 };
         for dt in HALVES {
             // A product of f32 operands under autocast runs as many kernels as the product of stored half operands:
-            // the casts happen on its loads, the bias in its epilogue.
+            // the casts happen on its loads (or, on tensor cores, before it), the bias in its epilogue.
             let (xh, wh, bh) = (o.x.to_dtype(dt), o.w.to_dtype(dt), o.b.to_dtype(dt));
             lazor::realize(&[&xh, &wh, &bh]).unwrap();
             let stored = kernels(&dev, || F::linear(&xh, &wh, Some(&bh)).realize().unwrap());
             let cast = kernels(&dev, || autocast(dt, || F::linear(&o.x, &o.w, Some(&o.b))).realize().unwrap());
-            assert_eq!(
-                cast,
-                stored,
+            assert!(
+                (stored..=stored + casts(2)).contains(&cast),
                 "{}: autocast({dt}) linear: {cast} kernels, {stored} on stored halves",
                 dev.name()
             );
@@ -279,7 +282,7 @@ fn casts_fuse_into_the_kernels_that_read_them() {
             let halves = kernels(&dev, || step(&xh, &wh_var));
             let mixed = kernels(&dev, || autocast(dt, || step(&o.x, &w)));
             assert!(
-                mixed <= halves + 1,
+                mixed <= halves + 1 + casts(2),
                 "{}: autocast({dt}) forward and backward: {mixed} kernels, {halves} on stored halves",
                 dev.name()
             );
@@ -308,7 +311,11 @@ fn casts_fuse_into_the_kernels_that_read_them() {
                 })
             };
             let (f32_step, amp_step) = (counted(0), counted(1));
-            assert_eq!(amp_step, f32_step, "{}: an AdamW step under autocast({dt})", dev.name());
+            assert!(
+                (f32_step..=f32_step + casts(3)).contains(&amp_step),
+                "{}: an AdamW step under autocast({dt}): {amp_step} kernels, {f32_step} in f32",
+                dev.name()
+            );
         }
     }
 }

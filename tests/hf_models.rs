@@ -356,6 +356,26 @@ fn greedy_decoding_submits_the_next_token_before_reading_this_one() {
     }
 }
 
+/// A decode step binds the buffers the step one or two before bound (the pool hands them out in the same order), its
+/// parameter block rewritten in place where the position changed it: once warm, every kernel finds its bind group
+/// instead of creating one, which costs the host more than recording the kernel. (None on the CPU backend.)
+#[test]
+fn warm_decode_steps_create_no_bind_groups() {
+    let (w, config) = gpt2_weights(6);
+    let dir = scratch_with("hf_gpt2_groups", &w, &config);
+    for dev in devices() {
+        let model = gpt2::Gpt2::load(&dir, None, &dev).unwrap();
+        // (The pool's free lists and the parameter blocks settle over the first few steps.)
+        let opts = Options { max_new: 16, sampling: Sampling::GREEDY, cache: true, keep_logits: false };
+        let g = generate(&model, &prompts(), &opts, &mut |_| {}).unwrap();
+        let created: Vec<u64> = g.steps.iter().map(|s| s.stats.bind_groups_created).collect();
+        assert!(created[10..].iter().all(|&n| n == 0), "bind groups created per step on {}: {created:?}", dev.name());
+        if !dev.is_cpu() {
+            assert!(created[0] > 0, "the prompt's step creates its groups on {}: {created:?}", dev.name());
+        }
+    }
+}
+
 #[test]
 fn a_prompt_may_fill_every_position_the_last_token_is_never_fed() {
     let (w, config) = gpt2_weights(4);

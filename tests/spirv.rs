@@ -48,7 +48,7 @@ fn fused_elementwise_reductions_and_products_match_the_cpu_backend_through_spirv
     if dev.backend().eq_ignore_ascii_case("vulkan") {
         let names: Vec<&str> = profile.kernels().iter().map(|k| k.name.as_str()).collect();
         assert!(names.len() >= 3, "{names:?}");
-        assert!(names.iter().all(|n| n.ends_with(" [spirv]")), "every kernel through SPIR-V: {names:?}");
+        assert!(names.iter().all(|n| n.contains(" [spirv]")), "every kernel through SPIR-V: {names:?}");
         let fused = names.iter().filter(|n| n.starts_with("matmul+add+relu")).count();
         assert_eq!(fused, 1, "the product, its bias and its activation in one kernel: {names:?}");
     }

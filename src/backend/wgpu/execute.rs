@@ -106,6 +106,7 @@ impl WgpuBackend {
             };
             compiled.push(p);
         }
+        let t_pipelines = t0.elapsed();
         let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
         // All kernels' parameters in one buffer, each at an aligned offset and bound whole 16-byte rows, as the
         // array of rows the shader declares (`codegen::param_vecs`).
@@ -174,6 +175,8 @@ impl WgpuBackend {
             buffer
         });
 
+        let t_params = t0.elapsed();
+        let created_before = st.bind_groups.created;
         // Buffers and bind groups of every kernel, in the order the kernels run (a buffer released after kernel n
         // may hold an output of kernel n + 1), and the read-backs' staging buffers: all that can fail, before
         // anything is recorded into the batch. A bad command would poison the batch's pass and with it the
@@ -227,6 +230,7 @@ impl WgpuBackend {
             let bind_group = st.bind_groups.get(&gpu.device, &compiled[r].pipeline, &compiled[r].layout, ranges);
             dispatches.push((bind_group, codegen::dispatch_size(threads, max_groups)));
         }
+        stats.bind_groups_created += st.bind_groups.created - created_before;
         let staged: Vec<wgpu::Buffer> =
             job.reads.iter().map(|&slot| st.pool.staging(&gpu.device, job.buffers[slot].bytes, stats)).collect();
         let t_upload = t0.elapsed();
@@ -306,8 +310,12 @@ impl WgpuBackend {
         }
         if debug >= 3 {
             eprintln!(
-                "lazor: wgpu phases: scopes+pipelines+uploads+params+buffers {:.1} us, record {:.1} us, {} {:.1} us",
-                t_upload.as_secs_f64() * 1e6,
+                "lazor: wgpu phases: pipelines {:.1} us, uploads+params {:.1} us, buffers+bind groups {:.1} us ({} of {} groups created), record {:.1} us, {} {:.1} us",
+                t_pipelines.as_secs_f64() * 1e6,
+                (t_params - t_pipelines).as_secs_f64() * 1e6,
+                (t_upload - t_params).as_secs_f64() * 1e6,
+                st.bind_groups.created - created_before,
+                runs.len(),
                 (t_encode - t_upload).as_secs_f64() * 1e6,
                 if held { "held back" } else { "submit" },
                 (t0.elapsed() - t_encode).as_secs_f64() * 1e6
