@@ -380,6 +380,7 @@ fn training_lowers_the_loss_and_memory_stays_flat() {
         let (x, labels) = batch(&dev, 32, 20, 10, 3);
         let mut losses = Vec::new();
         let mut allocated = Vec::new();
+        let mut peak = Vec::new();
         let mut nodes = Vec::new();
         for step in 0..steps {
             let loss = mlp.loss(&x, &labels);
@@ -390,17 +391,22 @@ fn training_lowers_the_loss_and_memory_stays_flat() {
             }
             drop(loss);
             allocated.push(dev.stats().buffers_allocated);
+            peak.push(dev.stats().peak_buffer_bytes);
             nodes.push(dev.live_nodes());
         }
-        // Past the first 64 steps: the wgpu backend keeps the last 64 kernel parameter blocks, and the bias
-        // corrections make each step's block new until then.
+        // Past warm-up nothing stored grows. The bias corrections make each step's parameter block new: the wgpu
+        // backend rewrites a block no unsubmitted realize binds, and makes another only while every block of the
+        // length is bound by the held-back realizes of the open batch (which holds at most 64): a deeper batch
+        // than any before, which the GPU's pace decides, may still add one.
         let warm = 100;
-        assert_eq!(
+        assert!(
+            allocated[steps - 1] - allocated[warm] <= 64,
+            "{}: buffers allocated after step {warm}: {}, after step {steps}: {}",
+            dev.name(),
             allocated[warm],
-            allocated[steps - 1],
-            "{}: buffers allocated after step {warm} and after step {steps}",
-            dev.name()
+            allocated[steps - 1]
         );
+        assert_eq!(peak[warm], peak[steps - 1], "{}: the most bytes held grew after warm-up", dev.name());
         assert!(nodes[warm..].iter().all(|&n| n == nodes[warm]), "{}: live nodes grew", dev.name());
         let (first, last) = (losses[0], losses[losses.len() - 1]);
         assert!(last < first * 0.2, "{}: loss {first} -> {last}", dev.name());

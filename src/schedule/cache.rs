@@ -182,10 +182,10 @@ impl PlanCache {
             key.extend([t.bm, t.bn, t.bk, t.tm, t.tn].map(u64::from));
         }
         key.push(tiles.min_large_groups as u64);
+        place.extend(order.iter().enumerate().map(|(p, &id)| (id, p as u32)));
         // Whether a leaf's buffer may be overwritten depends on who else holds it, which the structure does not say.
-        let donors = super::donors(graph, order, seen);
-        for (p, &id) in order.iter().enumerate() {
-            place.insert(id, p as u32);
+        let donors = super::donors_placed(graph, order, seen, place);
+        for &id in order {
             let node = graph.node(id);
             node.op.signature(key);
             let leaf = matches!(node.op, NodeOp::Buffer) && node.buffer.is_some();

@@ -24,7 +24,6 @@ use crate::buffer::BufferKey;
 use crate::graph::{Graph, NodeId, NodeOp};
 use crate::hash::{FastMap, FastSet};
 use crate::kernel::{Access, Instr, Kernel};
-use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// Where the value of a plan slot comes from.
@@ -332,31 +331,54 @@ fn depths(kernels: &[Kernel], writer: &FastMap<usize, usize>) -> Vec<usize> {
 /// the realize refers to, read only by nodes that let go of them once it is done (requested outputs, which become
 /// leaves, and nodes that only such nodes hold). An optimizer's old states, dropped as the step is built, are
 /// such leaves; anything a caller still holds is not.
+#[cfg(test)]
 pub fn donors(graph: &Graph, order: &[NodeId], outputs: &FastSet<NodeId>) -> FastSet<NodeId> {
-    let mut internal: FastMap<NodeId, u32> = FastMap::default();
-    let mut readers: FastMap<NodeId, SmallVec<[NodeId; 2]>> = FastMap::default();
+    let place: FastMap<NodeId, u32> = order.iter().enumerate().map(|(p, &id)| (id, p as u32)).collect();
+    donors_placed(graph, order, outputs, &place)
+}
+
+/// [`donors`], with each node's place in `order` known (`order` holds every input of its nodes). Counted by place
+/// rather than in maps of nodes: the plan cache computes this for every realize, a decode step's 1,400 nodes
+/// included.
+pub(super) fn donors_placed(
+    graph: &Graph,
+    order: &[NodeId],
+    outputs: &FastSet<NodeId>,
+    place: &FastMap<NodeId, u32>,
+) -> FastSet<NodeId> {
+    let n = order.len();
+    // Each node's readers in `order` (one entry per edge), laid out by place: `readers[start[p]..start[p + 1]]`.
+    let mut start = vec![0u32; n + 1];
     for &id in order {
         for i in graph.node(id).op.inputs() {
-            *internal.entry(i).or_default() += 1;
-            readers.entry(i).or_default().push(id);
+            start[place[&i] as usize + 1] += 1;
+        }
+    }
+    for p in 0..n {
+        start[p + 1] += start[p];
+    }
+    let mut fill = start.clone();
+    let mut readers = vec![0u32; start[n] as usize];
+    for (c, &id) in order.iter().enumerate() {
+        for i in graph.node(id).op.inputs() {
+            let p = place[&i] as usize;
+            readers[fill[p] as usize] = c as u32;
+            fill[p] += 1;
         }
     }
     // Whether a node lets go of its inputs after the realize, decided readers first.
-    let mut drops: FastSet<NodeId> = FastSet::default();
+    let mut drops = vec![false; n];
     let mut donors = FastSet::default();
-    for &id in order.iter().rev() {
-        let unheld = graph.refs(id) == internal.get(&id).copied().unwrap_or(0);
-        let readers_drop = readers.get(&id).is_none_or(|r| r.iter().all(|c| drops.contains(c)));
-        if outputs.contains(&id) || (unheld && readers_drop) {
-            drops.insert(id);
+    for (p, &id) in order.iter().enumerate().rev() {
+        let reads = &readers[start[p] as usize..start[p + 1] as usize];
+        let unheld = graph.refs(id) == reads.len() as u32;
+        let readers_drop = reads.iter().all(|&c| drops[c as usize]);
+        let output = outputs.contains(&id);
+        if output || (unheld && readers_drop) {
+            drops[p] = true;
         }
         let node = graph.node(id);
-        if !outputs.contains(&id)
-            && unheld
-            && readers_drop
-            && matches!(node.op, NodeOp::Buffer)
-            && node.buffer.is_some()
-        {
+        if !output && unheld && readers_drop && matches!(node.op, NodeOp::Buffer) && node.buffer.is_some() {
             donors.insert(id);
         }
     }
