@@ -202,7 +202,7 @@ pub(super) fn materialize(
                     .map(|i| stored_for_view(graph, &fusion, i))
                     .or_else(|| inputs.iter().find_map(over_product))
                     .or_else(|| {
-                        inputs.iter().find_map(|&i| half_cast(graph, &fusion, i).filter(|_| opts.half_operands))
+                        opts.half_operands.then(|| inputs.iter().find_map(|&i| half_cast(graph, &fusion, i))).flatten()
                     }),
                 _ => None,
             };

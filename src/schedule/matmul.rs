@@ -29,8 +29,8 @@ pub(crate) const THIN: usize = crate::kernel::THIN_SIDE;
 const QUAD_MAX_K: usize = 384;
 
 /// The tile for a product of `batch` matrices of `m` x `n` outputs keeping `tri`; `half` when both operands are f16
-/// (or both bf16), which run on tensor cores where the device has them: there the 64 x 128 block was fastest at 2048^3 and 4096^3,
-/// ahead of 128 x 128 (docs/matmul.md), at a small cost to the tiled kernel. A triangular product takes the square
+/// (or both bf16), which run on tensor cores where the device has them: there the 64 x 128 block was fastest at
+/// 2048^3 and 4096^3, ahead of 128 x 128 (docs/matmul.md), at a small cost to the tiled kernel. A triangular product takes the square
 /// `tri` tile whatever its shape ([`MatmulTiles::tri`]).
 pub(super) fn choose_tile(m: usize, n: usize, batch: usize, half: bool, tri: Tri, tiles: &MatmulTiles) -> MatmulTile {
     if tri != Tri::Full {

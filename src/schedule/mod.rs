@@ -337,49 +337,34 @@ pub fn donors(graph: &Graph, order: &[NodeId], outputs: &FastSet<NodeId>) -> Fas
     donors_placed(graph, order, outputs, &place)
 }
 
-/// [`donors`], with each node's place in `order` known (`order` holds every input of its nodes). Counted by place
-/// rather than in maps of nodes: the plan cache computes this for every realize, a decode step's 1,400 nodes
-/// included.
+/// [`donors`], with each node's place in `order` known (`order` holds every input of its nodes). One pass from the
+/// last node back, counted by place rather than in maps of nodes: a node's readers all come after it, so when it is
+/// reached its count of readers in the realize and whether any of them keeps its inputs are complete. The plan
+/// cache computes this for every realize, a decode step's 1,400 nodes included.
 pub(super) fn donors_placed(
     graph: &Graph,
     order: &[NodeId],
     outputs: &FastSet<NodeId>,
     place: &FastMap<NodeId, u32>,
 ) -> FastSet<NodeId> {
-    let n = order.len();
-    // Each node's readers in `order` (one entry per edge), laid out by place: `readers[start[p]..start[p + 1]]`.
-    let mut start = vec![0u32; n + 1];
-    for &id in order {
-        for i in graph.node(id).op.inputs() {
-            start[place[&i] as usize + 1] += 1;
-        }
-    }
-    for p in 0..n {
-        start[p + 1] += start[p];
-    }
-    let mut fill = start.clone();
-    let mut readers = vec![0u32; start[n] as usize];
-    for (c, &id) in order.iter().enumerate() {
-        for i in graph.node(id).op.inputs() {
-            let p = place[&i] as usize;
-            readers[fill[p] as usize] = c as u32;
-            fill[p] += 1;
-        }
-    }
-    // Whether a node lets go of its inputs after the realize, decided readers first.
-    let mut drops = vec![false; n];
+    // Per place: reads by nodes of the realize, and whether a reader keeps its inputs after it.
+    let mut reads = vec![0u32; order.len()];
+    let mut kept = vec![false; order.len()];
     let mut donors = FastSet::default();
     for (p, &id) in order.iter().enumerate().rev() {
-        let reads = &readers[start[p] as usize..start[p + 1] as usize];
-        let unheld = graph.refs(id) == reads.len() as u32;
-        let readers_drop = reads.iter().all(|&c| drops[c as usize]);
+        let unheld = graph.refs(id) == reads[p];
+        let readers_drop = !kept[p];
         let output = outputs.contains(&id);
-        if output || (unheld && readers_drop) {
-            drops[p] = true;
-        }
         let node = graph.node(id);
         if !output && unheld && readers_drop && matches!(node.op, NodeOp::Buffer) && node.buffer.is_some() {
             donors.insert(id);
+        }
+        // Whether this node lets go of its inputs after the realize.
+        let drops = output || (unheld && readers_drop);
+        for i in node.op.inputs() {
+            let q = place[&i] as usize;
+            reads[q] += 1;
+            kept[q] |= !drops;
         }
     }
     donors

@@ -20,8 +20,6 @@ pub struct BindGroups {
     groups: FastMap<Key, wgpu::BindGroup>,
     /// The pool's `dropped` count when the cache was last emptied.
     seen: u64,
-    /// Groups created (cache misses), for `LAZOR_DEBUG=3`.
-    pub created: u64,
 }
 
 /// Beyond this many groups the cache starts over: a program with ever-changing buffers gains nothing from it.
@@ -48,6 +46,7 @@ impl BindGroups {
         pipeline: &wgpu::ComputePipeline,
         layout: &wgpu::BindGroupLayout,
         ranges: SmallVec<[Range; 8]>,
+        stats: &mut crate::profile::Stats,
     ) -> wgpu::BindGroup {
         let key = Key { pipeline: pipeline.clone(), ranges };
         if let Some(g) = self.groups.get(&key) {
@@ -65,7 +64,7 @@ impl BindGroups {
                 }),
             })
             .collect();
-        self.created += 1;
+        stats.bind_groups_created += 1;
         let group = device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries });
         drop(entries);
         self.groups.insert(key, group.clone());

@@ -176,7 +176,7 @@ impl WgpuBackend {
         });
 
         let t_params = t0.elapsed();
-        let created_before = st.bind_groups.created;
+        let created_before = stats.bind_groups_created;
         // Buffers and bind groups of every kernel, in the order the kernels run (a buffer released after kernel n
         // may hold an output of kernel n + 1), and the read-backs' staging buffers: all that can fail, before
         // anything is recorded into the batch. A bad command would poison the batch's pass and with it the
@@ -227,10 +227,9 @@ impl WgpuBackend {
                     }
                 }
             }
-            let bind_group = st.bind_groups.get(&gpu.device, &compiled[r].pipeline, &compiled[r].layout, ranges);
+            let bind_group = st.bind_groups.get(&gpu.device, &compiled[r].pipeline, &compiled[r].layout, ranges, stats);
             dispatches.push((bind_group, codegen::dispatch_size(threads, max_groups)));
         }
-        stats.bind_groups_created += st.bind_groups.created - created_before;
         let staged: Vec<wgpu::Buffer> =
             job.reads.iter().map(|&slot| st.pool.staging(&gpu.device, job.buffers[slot].bytes, stats)).collect();
         let t_upload = t0.elapsed();
@@ -314,7 +313,7 @@ impl WgpuBackend {
                 t_pipelines.as_secs_f64() * 1e6,
                 (t_params - t_pipelines).as_secs_f64() * 1e6,
                 (t_upload - t_params).as_secs_f64() * 1e6,
-                st.bind_groups.created - created_before,
+                stats.bind_groups_created - created_before,
                 runs.len(),
                 (t_encode - t_upload).as_secs_f64() * 1e6,
                 if held { "held back" } else { "submit" },
@@ -353,24 +352,21 @@ impl WgpuBackend {
             .zip(job.reads)
             .map(|(buffer, &slot)| st.reads.insert(readback::PendingRead::start(buffer, job.buffers[slot].bytes)))
             .collect();
-        let (mut spirv, mut cores) = (Vec::new(), Vec::new());
-        if job.profile {
-            for (run, c) in runs.iter().zip(&compiled) {
-                for n in run.clone() {
-                    if c.spirv {
-                        spirv.push(n);
-                    }
-                    // bf16 products reach the tensor cores only through SPIR-V: one the path refused ran tiled.
-                    let k = &job.kernels[n];
-                    if let crate::kernel::Kind::Matmul(mm) = &k.kind {
-                        if codegen::uses_coop(k, mm, &target) && (k.types[mm.a] != crate::dtype::DType::BF16 || c.spirv)
-                        {
-                            cores.push(n);
-                        }
-                    }
-                }
+        // Profiled: which kernels came from SPIR-V, and which products ran on tensor cores (bf16 reaches them only
+        // through SPIR-V: a product the path refused ran tiled).
+        let marked = |mark: &dyn Fn(usize, bool) -> bool| -> Vec<usize> {
+            if !job.profile {
+                return Vec::new();
             }
-        }
+            let each = runs.iter().zip(&compiled).flat_map(|(run, c)| run.clone().map(move |n| (n, c.spirv)));
+            each.filter(|&(n, spirv)| mark(n, spirv)).map(|(n, _)| n).collect()
+        };
+        let spirv = marked(&|_, spirv| spirv);
+        let cores = marked(&|n, spirv| {
+            let k = &job.kernels[n];
+            let crate::kernel::Kind::Matmul(mm) = &k.kind else { return false };
+            codegen::uses_coop(k, mm, &target) && (k.types[mm.a] != crate::dtype::DType::BF16 || spirv)
+        });
         Ok(Done { kept, reads, times, spirv, cores })
     }
 }

@@ -48,22 +48,17 @@ impl Params {
             return (block.buffer.clone(), None);
         }
         let size = (words.len() as u64 * 4).next_multiple_of(16);
-        let mut spare = None;
         // A block of the same length no unsubmitted dispatch binds takes the new words in place: a loop whose
         // constants change every step (a decode position) then binds the same buffer every step, so its bind groups
         // are found in their cache rather than created again for every kernel of every step.
-        let same = self
-            .blocks
-            .iter()
-            .filter(|(k, b)| k.len() == words.len() && b.last_dispatch <= settled)
-            .min_by_key(|(_, b)| b.used)
-            .map(|(k, _)| k.clone());
-        if let Some(k) = same {
-            spare = self.blocks.remove(&k);
-        } else if self.blocks.len() >= MAX_BLOCKS {
-            let oldest = self.blocks.iter().min_by_key(|(_, b)| b.used).map(|(k, _)| k.clone());
-            spare = oldest.and_then(|k| self.blocks.remove(&k));
-        }
+        // Otherwise, with the cache full, the least recently used block makes room.
+        let full = self.blocks.len() >= MAX_BLOCKS;
+        let lru = |same: bool| {
+            let fits = |k: &Vec<u32>, b: &Block| !same || (k.len() == words.len() && b.last_dispatch <= settled);
+            self.blocks.iter().filter(|(k, b)| fits(k, b)).min_by_key(|(_, b)| b.used).map(|(k, _)| k.clone())
+        };
+        let victim = lru(true).or_else(|| full.then(|| lru(false)).flatten());
+        let spare = victim.and_then(|k| self.blocks.remove(&k));
         stats.param_uploads += 1;
         let (buffer, dropped) = match spare {
             Some(b) if b.last_dispatch <= settled && b.buffer.size() >= size => (b.buffer, None),
