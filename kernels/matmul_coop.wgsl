@@ -12,16 +12,18 @@
 // Codegen (src/codegen/matmul.rs) prepends BM BN BK SGN FM FN, the slab layout (A_ALONG_K, B_ALONG_K; OA OB octets
 // of data and SA SB halves in all per slab line; SLAB_A SLAB_B halves per slab), the functions of the tiled kernel
 // (sizes, batches, set_batch, store), `octet_a` and `octet_b` (8 elements of an operand from a coordinate, along
-// its slab line, prologue applied), and fills in the markers ACCUMULATORS (one `var` per fragment), MULTIPLY (the
-// fragment loads and products of one 16-step of k) and EPILOGUE (`drain` of each accumulator).
+// its slab line, prologue applied), and fills in the markers SLABS (the slabs, SW halves an element, and their
+// stores), ACCUMULATORS (one `var` per fragment), MULTIPLY (the fragment loads and products of one 16-step of k)
+// and EPILOGUE (`drain` of each accumulator).
 
 const THREADS: u32 = 256u;
 // Octets of each slab one thread stages per step of k.
 const LA: u32 = BM * BK / 8u / THREADS;
 const LB: u32 = BK * BN / 8u / THREADS;
 
-var<workgroup> slab_a: array<f16, SLAB_A>;
-var<workgroup> slab_b: array<f16, SLAB_B>;
+// The slabs, SW halves an element (a scalar, vec2 or vec4 of f16), and `put_a`/`put_b`: an octet into 8 halves from
+// `at` (a multiple of 8), SW halves a store.
+/*SLABS*/
 // One 16 x 16 fragment per subgroup, on its way from an accumulator to the epilogue.
 var<workgroup> frag: array<f32, 2048>;
 
@@ -54,23 +56,6 @@ fn fetch_b(li: u32, n0: u32, k0: u32, base: u32, size: vec3<u32>) -> array<vec4<
         }
     }
     return r;
-}
-
-// Unpacks an octet into 8 halves of a slab from `at`. (Cooperative loads read f16 arrays only, on NVIDIA's driver.)
-fn put_a(at: u32, v: vec4<u32>) {
-    for (var w = 0u; w < 4u; w++) {
-        let pair = unpack2x16float(v[w]);
-        slab_a[at + 2u * w] = f16(pair.x);
-        slab_a[at + 2u * w + 1u] = f16(pair.y);
-    }
-}
-
-fn put_b(at: u32, v: vec4<u32>) {
-    for (var w = 0u; w < 4u; w++) {
-        let pair = unpack2x16float(v[w]);
-        slab_b[at + 2u * w] = f16(pair.x);
-        slab_b[at + 2u * w + 1u] = f16(pair.y);
-    }
 }
 
 fn put(li: u32, ra: array<vec4<u32>, LA>, rb: array<vec4<u32>, LB>) {

@@ -33,6 +33,12 @@ pub fn coop_triangles() -> bool {
     flag("LAZOR_COOP_TRIANGLES")
 }
 
+/// `LAZOR_COOP_SLAB`: halves per element of the tensor-core kernel's workgroup slabs (1, 2 or 4; default 2): how
+/// wide each store that stages an operand is, and the element type its cooperative loads read.
+pub fn coop_slab() -> u32 {
+    var("LAZOR_COOP_SLAB").and_then(|v| v.trim().parse().ok()).filter(|w| [1, 2, 4].contains(w)).unwrap_or(2)
+}
+
 /// `LAZOR_GROUP=1`: kernels that neither read nor write what another writes share one dispatch.
 pub fn group() -> bool {
     flag("LAZOR_GROUP")

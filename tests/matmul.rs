@@ -712,7 +712,8 @@ fn bf16_products_on_tensor_cores_and_tiles() {
             let profile = dev.profile(|| a.matmul(&b).realize().unwrap());
             let names: Vec<&str> = profile.kernels().iter().map(|k| k.name.as_str()).collect();
             assert_eq!(names.len(), 1, "{names:?}");
-            assert_eq!(names[0].contains(" [spirv]"), on, "the tensor-core kernel is the SPIR-V path's: {names:?}");
+            // (The tiled kernel takes the SPIR-V path too under `LAZOR_SPIRV=all`.)
+            assert!(!on || names[0].contains(" [spirv]"), "the tensor-core kernel is the SPIR-V path's: {names:?}");
             assert_eq!(names[0].ends_with(" [tensor cores]"), on, "profiles name the tensor-core kernel: {names:?}");
         }
         if let Some(gpu) = dev.wgpu() {

@@ -72,6 +72,8 @@ pub(crate) struct Shared {
     int64: AtomicBool,
     /// Whether triangular products may run on cooperative matrices (`LAZOR_COOP_TRIANGLES`).
     coop_triangles: bool,
+    /// Halves per element of the tensor-core kernel's slabs (`LAZOR_COOP_SLAB`).
+    coop_slab: u32,
     /// Submits the submit thread keeps in flight (`LAZOR_QUEUE_DEPTH`, `Device::wgpu()?.set_queue_depth`).
     depth: AtomicUsize,
     /// Set when the backend is dropped: the submit thread ends.
@@ -157,6 +159,7 @@ impl WgpuBackend {
             bf16_coop,
             int64,
             coop_triangles: crate::env::coop_triangles(),
+            coop_slab: crate::env::coop_slab(),
             depth,
             closed,
         });
@@ -192,6 +195,7 @@ impl WgpuBackend {
             bf16_coop: self.bf16_coop.load(Ordering::Relaxed) && self.coop.load(Ordering::Relaxed),
             int64: self.int64.load(Ordering::Relaxed),
             coop_triangles: self.coop_triangles,
+            coop_slab: self.coop_slab,
         }
     }
 

@@ -120,7 +120,7 @@ pub(super) fn generate(k: &Kernel, target: &Target) -> String {
     let quad = quad_stores(k, &mm, target);
     let store4 = store_functions(&mut e, mm.b_end, row, col, quad);
     if let Some((_, fm, fn_)) = layout {
-        let body = coop_body(fm, fn_, mm.a_along_k, mm.b_along_k, k.types[mm.a] == DType::BF16);
+        let body = coop_body(fm, fn_, mm.a_along_k, mm.b_along_k, target.coop_slab);
         e.out.push_str(&matmul_tri::specialise_coop(body, mm.tri));
     } else if let Some(thin) = mm.thin {
         let mut puts = String::new();
@@ -313,14 +313,16 @@ fn octets(e: &mut Emitter, op: &Operand) {
     e.line(0, "}");
 }
 
-/// The tensor-core skeleton with its unrolled parts filled in: one accumulator per fragment, the fragment loads and
-/// products of one 16-step of k, and the epilogue of each accumulator. A slab stored along k holds A row-major
-/// (`coopLoadT`) and B column-major (`coopLoad`); the other way round otherwise.
+/// The tensor-core skeleton with its unrolled parts filled in: the slabs and their stores (`sw` halves an element),
+/// one accumulator per fragment, the fragment loads and products of one 16-step of k, and the epilogue of each
+/// accumulator. A slab stored along k holds A row-major (`coopLoadT`) and B column-major (`coopLoad`); the other way
+/// round otherwise.
 ///
-/// With `bf16` the octets hold bf16 bits, widened to f32 exactly and converted to the slabs' `f16`: the SPIR-V path
-/// retypes every f16 of the module to bf16 (`spirv::Edits::bf16`), so the slabs, fragments and products are bf16
-/// there and the conversion is exact. As WGSL such a kernel would round bf16 values to f16; it never runs so.
-fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool, bf16: bool) -> String {
+/// bf16 operands' octets hold bf16 bits, staged as f16 pairs unpacked from each word: the SPIR-V path makes each
+/// such pair the word's bits as they are and retypes every f16 of the module to bf16 (`spirv::Edits::bf16`), so the
+/// slabs, fragments and products are bf16 there, and no value is converted. As WGSL such a kernel would read bf16
+/// bits as f16; it never runs so.
+fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool, sw: u32) -> String {
     let mut acc = String::new();
     let mut mul = String::new();
     let mut epi = String::new();
@@ -330,7 +332,7 @@ fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool, bf16: bool) ->
         } else {
             ("coopLoad", format!("kk * SA + r0 + {}u", 16 * i))
         };
-        let _ = writeln!(mul, "let a{i} = {load}<coop_mat16x16<f16, A>>(&slab_a[{at}], SA);");
+        let _ = writeln!(mul, "let a{i} = {load}<coop_mat16x16<f16, A>>(&slab_a[({at}) / SW], SA / SW);");
     }
     for j in 0..fn_ {
         let (load, at) = if b_along_k {
@@ -338,7 +340,7 @@ fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool, bf16: bool) ->
         } else {
             ("coopLoadT", format!("kk * SB + c0 + {}u", 16 * j))
         };
-        let _ = writeln!(mul, "let b{j} = {load}<coop_mat16x16<f16, B>>(&slab_b[{at}], SB);");
+        let _ = writeln!(mul, "let b{j} = {load}<coop_mat16x16<f16, B>>(&slab_b[({at}) / SW], SB / SW);");
     }
     for i in 0..fm {
         for j in 0..fn_ {
@@ -353,14 +355,42 @@ fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool, bf16: bool) ->
             );
         }
     }
-    let skeleton =
-        COOP_SKELETON.replace("/*ACCUMULATORS*/", &acc).replace("/*MULTIPLY*/", &mul).replace("/*EPILOGUE*/", &epi);
-    if !bf16 {
-        return skeleton;
+    COOP_SKELETON
+        .replace("/*SLABS*/", &slabs(sw))
+        .replace("/*ACCUMULATORS*/", &acc)
+        .replace("/*MULTIPLY*/", &mul)
+        .replace("/*EPILOGUE*/", &epi)
+}
+
+/// The tensor-core kernel's slabs, `sw` halves (1, 2 or 4) an element, and the stores of an octet into them: the
+/// wider the element, the fewer and wider the workgroup stores (8 of 2 bytes, 4 of 4, or 2 of 8 an octet), and the
+/// cooperative loads read the same array, their stride counted in its elements.
+fn slabs(sw: u32) -> String {
+    let (element, store) = match sw {
+        2 => ("vec2<f16>", "for (var w = 0u; w < 4u; w++) { S[at / 2u + w] = halves(v[w]); }"),
+        4 => (
+            "vec4<f16>",
+            "S[at / 4u] = vec4<f16>(halves(v.x), halves(v.y));\n    \
+             S[at / 4u + 1u] = vec4<f16>(halves(v.z), halves(v.w));",
+        ),
+        _ => (
+            "f16",
+            "for (var w = 0u; w < 4u; w++) {\n        let h = halves(v[w]);\n        \
+             S[at + 2u * w] = h.x;\n        S[at + 2u * w + 1u] = h.y;\n    }",
+        ),
+    };
+    let sw = if sw == 2 || sw == 4 { sw } else { 1 };
+    // An octet's word as two halves (for bf16 bits, the bits themselves on the SPIR-V path: see `coop_body`).
+    let mut out =
+        format!("const SW: u32 = {sw}u;\nfn halves(x: u32) -> vec2<f16> {{ return vec2<f16>(unpack2x16float(x)); }}\n");
+    for (slab, size, put) in [("slab_a", "SLAB_A", "put_a"), ("slab_b", "SLAB_B", "put_b")] {
+        let _ = write!(
+            out,
+            "var<workgroup> {slab}: array<{element}, {size} / SW>;\nfn {put}(at: u32, v: vec4<u32>) {{\n    {}\n}}\n",
+            store.replace("S[", &format!("{slab}["))
+        );
     }
-    let unpack = "let pair = unpack2x16float(v[w]);";
-    debug_assert_eq!(skeleton.matches(unpack).count(), 2, "both slab stores unpack");
-    skeleton.replace(unpack, "let pair = vec2<f32>(bitcast<f32>(v[w] << 16u), bitcast<f32>(v[w] & 0xffff0000u));")
+    out
 }
 
 #[cfg(test)]
@@ -413,6 +443,8 @@ mod tests {
                 let kernel = f16_product_keeping(tri, (200, 200, 72), ta, tb);
                 let Kind::Matmul(mm) = kernel.kind else { panic!("a matmul kernel") };
                 assert!(uses_coop(&kernel, &mm, &coop), "{tri:?}");
+                let slabs = Target { coop_slab: 2 + 2 * u32::from(ta), ..coop };
+                validate(&generate(&kernel, &slabs));
                 let src = generate(&kernel, &coop);
                 assert!(src.contains("coopMultiplyAdd(") && src.contains("k0 < k_hi"), "{tri:?}");
                 // Only where A's triangle is kept are its octets masked; only where the output's is, its values.
@@ -452,6 +484,14 @@ mod tests {
                 assert!(src.starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"));
                 assert!(src.contains("coopMultiplyAdd(") && src.contains("fn store("));
                 validate(&src);
+                // Every slab width is valid, each with its element type and stores.
+                for (coop_slab, slab) in
+                    [(1, "array<f16, SLAB_A / SW>"), (2, "array<vec2<f16>,"), (4, "array<vec4<f16>,")]
+                {
+                    let src = generate(&kernel, &Target { coop_slab, ..coop });
+                    assert!(src.contains(&format!("const SW: u32 = {coop_slab}u;")) && src.contains(slab));
+                    validate(&src);
+                }
                 // Whole blocks of plain operands fetch each octet with one unchecked load, either layout; the
                 // other shapes check every octet at run time.
                 let whole = m == 4096;

@@ -286,14 +286,19 @@ pub struct Target {
     /// Triangular products ([`crate::op::Tri`]) on the tensor cores too (`matmul_tri::specialise_coop`), by
     /// `LAZOR_COOP_TRIANGLES=1`: off until checked on a GPU with cooperative matrices. Only with `coop`.
     pub coop_triangles: bool,
+    /// Halves per element of the tensor-core kernel's slabs (1, 2 or 4; 0 reads as 1): the width of each
+    /// workgroup store that stages an operand, and the element type its cooperative loads read
+    /// (`LAZOR_COOP_SLAB`).
+    pub coop_slab: u32,
     /// 64-bit integers (`wgpu::Features::SHADER_INT64`): the random generator's high-word multiply is one
     /// instruction.
     pub int64: bool,
 }
 
 /// What the SPIR-V path must do to a dispatch's module (`spirv::Edits`), or `None` where it is WGSL's: a
-/// tensor-core product of bf16 operands always goes that way (its source means nothing as WGSL), random numbers
-/// go that way to be rounded as written, and `all` sends every kernel.
+/// tensor-core product of bf16 operands always goes that way (its source means nothing as WGSL), one of f16
+/// operands goes that way to stage its words as they are (no conversions), random numbers go that way to be
+/// rounded as written, and `all` sends every kernel.
 #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 pub fn edits(
     members: &[Kernel],
@@ -301,14 +306,18 @@ pub fn edits(
     mode: crate::backend::wgpu::spirv::Mode,
 ) -> Option<crate::backend::wgpu::spirv::Edits> {
     use crate::backend::wgpu::spirv::{Edits, Mode};
-    let bf16 = members.iter().any(|k| match k.kind {
-        Kind::Matmul(mm) => matmul_form::uses_coop(k, &mm, target) && k.types[mm.a] == DType::BF16,
-        _ => false,
-    });
+    let coop = |half: DType| {
+        members.iter().any(|k| match k.kind {
+            Kind::Matmul(mm) => matmul_form::uses_coop(k, &mm, target) && k.types[mm.a] == half,
+            _ => false,
+        })
+    };
+    let bf16 = coop(DType::BF16);
     let exact = mode != Mode::Off
         && members.iter().any(|k| k.body.iter().any(|i| matches!(i, crate::kernel::Instr::Random(..))));
-    match (bf16 || exact, mode) {
-        (true, _) => Some(Edits { bf16, exact }),
+    let bits = mode != Mode::Off && coop(DType::F16);
+    match (bf16 || exact || bits, mode) {
+        (true, _) => Some(Edits { bf16, exact, bits }),
         (false, Mode::All) => Some(Edits::default()),
         (false, _) => None,
     }

@@ -16,6 +16,8 @@ pub struct Edits {
     pub bf16: bool,
     /// Its float arithmetic is rounded as written ([`patch::no_contraction`]).
     pub exact: bool,
+    /// Its f16 pairs unpacked from words are the words' bits ([`patch::half_bits`]; [`patch::bf16`] does it too).
+    pub bits: bool,
 }
 
 pub use crate::env::SpirvMode as Mode;
@@ -70,6 +72,9 @@ pub fn compile(wgsl: &str, edits: Edits, lang: (u8, u8), trusted: bool) -> Resul
     let mut words = spv::write_vec(&module, &info, &options, Some(&pipeline)).map_err(|e| e.to_string())?;
     if edits.bf16 {
         words = patch::bf16(&words)?;
+    }
+    if edits.bits && !edits.bf16 {
+        words = patch::half_bits(&words)?;
     }
     if edits.exact {
         words = patch::no_contraction(&words)?;

@@ -5,6 +5,9 @@
 /// Opcodes this file reads or writes (SPIR-V 1.6 unified specification, section 3.52).
 mod op {
     pub const NAME: u16 = 5;
+    pub const EXT_INST_IMPORT: u16 = 11;
+    pub const EXT_INST: u16 = 12;
+    pub const CONSTANT: u16 = 43;
     pub const EXTENSION: u16 = 10;
     pub const CAPABILITY: u16 = 17;
     pub const TYPE_FLOAT: u16 = 22;
@@ -20,6 +23,9 @@ mod op {
     pub const BITCAST: u16 = 124;
     pub const F_CONVERT: u16 = 115;
     pub const VARIABLE: u16 = 59;
+    pub const FUNCTION: u16 = 54;
+    pub const FUNCTION_PARAMETER: u16 = 55;
+    pub const FUNCTION_CALL: u16 = 57;
     pub const CONSTANT_NULL: u16 = 46;
     pub const TYPE_ARRAY: u16 = 28;
     pub const TYPE_POINTER: u16 = 32;
@@ -31,6 +37,8 @@ mod op {
     pub const CONTRACTIBLE: [u16; 9] = [127, 129, 131, 133, 136, 140, 141, 142, 148];
 }
 
+/// GLSL.std.450's `UnpackHalf2x16` (WGSL's `unpack2x16float`).
+const UNPACK_HALF_2X16: u32 = 62;
 /// Capabilities and decorations used here.
 const CAP_BF16_TYPE: u32 = 5116;
 const CAP_BF16_COOP: u32 = 5118;
@@ -101,27 +109,15 @@ fn splice(words: &[u32], mut insert: Vec<(usize, Vec<u32>)>) -> Vec<u32> {
 ///
 /// # Errors
 /// Where the module has no 16-bit float, or does anything with one but move or convert it (load, store, bitcast,
-/// compose, convert, cooperative load and multiply-add): bf16 has no arithmetic, and an f16 computation must not
-/// be silently retyped. (A conversion to f16 becomes one to bf16: the kernel converts values that are bf16 already.)
+/// compose, convert, pass to or return from a function, cooperative load and multiply-add): bf16 has no
+/// arithmetic, and an f16 computation must not be silently retyped. (A conversion to f16 becomes one to bf16: the kernel converts values that are bf16 already.)
 pub fn bf16(words: &[u32]) -> Result<Vec<u32>, String> {
     let insts = instructions(words)?;
     let half: Vec<&Inst> =
         insts.iter().filter(|i| i.opcode == op::TYPE_FLOAT && i.len == 3 && words[i.at + 2] == 16).collect();
     let [half] = half[..] else { return Err("no 16-bit float type to retype".into()) };
     let half_id = words[half.at + 1];
-    // Types built on the half (vectors, arrays, pointers, matrices), transitively: naga declares a type before use.
-    let mut halfish = std::collections::HashSet::from([half_id]);
-    for i in &insts {
-        let w = &words[i.at..i.at + i.len];
-        let built_on = match i.opcode {
-            op::TYPE_VECTOR | op::TYPE_ARRAY | op::TYPE_COOP_MATRIX => Some(w[2]),
-            op::TYPE_POINTER => Some(w[3]),
-            _ => None,
-        };
-        if built_on.is_some_and(|t| halfish.contains(&t)) {
-            halfish.insert(w[1]);
-        }
-    }
+    let halfish = built_on(words, &insts, half_id);
     // Every instruction with a result of such a type must only move bits.
     let moves = [
         op::LOAD,
@@ -133,6 +129,9 @@ pub fn bf16(words: &[u32]) -> Result<Vec<u32>, String> {
         op::BITCAST,
         op::F_CONVERT,
         op::VARIABLE,
+        op::FUNCTION,
+        op::FUNCTION_PARAMETER,
+        op::FUNCTION_CALL,
         op::CONSTANT_NULL,
         op::COOP_MATRIX_LOAD,
         op::COOP_MATRIX_STORE,
@@ -149,6 +148,7 @@ pub fn bf16(words: &[u32]) -> Result<Vec<u32>, String> {
         }
     }
     let mut out = words.to_vec();
+    as_bits(&insts, &mut out, &halfish)?;
     // `OpTypeFloat %id 16` -> `OpTypeFloat %id 16 BFloat16KHR`, in place of the old one.
     let typed = encode(op::TYPE_FLOAT, &[half_id, 16, FP_ENCODING_BF16]);
     out.splice(half.at..half.at + 3, typed);
@@ -160,6 +160,79 @@ pub fn bf16(words: &[u32]) -> Result<Vec<u32>, String> {
     // Capabilities come first after the header, extensions right after them: both go after the last capability.
     let after_caps = insts.iter().filter(|i| i.opcode == op::CAPABILITY).map(|i| i.at + i.len).max().unwrap_or(HEADER);
     Ok(splice(&out, vec![(after_caps, caps)]))
+}
+
+/// The types built on type `base` (vectors, arrays, pointers, matrices), transitively, and `base` itself: naga
+/// declares a type before its use.
+fn built_on(words: &[u32], insts: &[Inst], base: u32) -> std::collections::HashSet<u32> {
+    let mut set = std::collections::HashSet::from([base]);
+    for i in insts {
+        let w = &words[i.at..i.at + i.len];
+        let on = match i.opcode {
+            op::TYPE_VECTOR | op::TYPE_ARRAY | op::TYPE_COOP_MATRIX => Some(w[2]),
+            op::TYPE_POINTER => Some(w[3]),
+            _ => None,
+        };
+        if on.is_some_and(|t| set.contains(&t)) {
+            set.insert(w[1]);
+        }
+    }
+    set
+}
+
+/// The f16 kernel's pairs of halves unpacked from words taken as the words' bits, as [`bf16`] does (no conversion
+/// instructions; for f16 the values are the same).
+///
+/// # Errors
+/// Where the module has no 16-bit float, or reads an unpacked pair otherwise.
+pub fn half_bits(words: &[u32]) -> Result<Vec<u32>, String> {
+    let insts = instructions(words)?;
+    let half = insts.iter().find(|i| i.opcode == op::TYPE_FLOAT && i.len == 3 && words[i.at + 2] == 16);
+    let half_id = words[half.ok_or("no 16-bit float type")?.at + 1];
+    let mut out = words.to_vec();
+    as_bits(&insts, &mut out, &built_on(words, &insts, half_id))?;
+    Ok(out)
+}
+
+/// Turns each pair of halves made from a word's bits (`vec2<f16>(unpack2x16float(x))`: an `UnpackHalf2x16`
+/// converted to a half type) into those bits as they are (`OpBitcast`, in place: the same length), so the pair is
+/// the word's two bf16 values, with no conversion instruction. The kernel's words hold bf16 bits (`codegen::matmul`
+/// stages them so); as f16 unpacked and converted they would be rounded as f16.
+///
+/// # Errors
+/// Where an unpacked pair is used any other way: the module is not the shape this edit expects.
+fn as_bits(insts: &[Inst], out: &mut [u32], halfish: &std::collections::HashSet<u32>) -> Result<(), String> {
+    let glsl: Vec<u32> = insts
+        .iter()
+        .filter(|i| i.opcode == op::EXT_INST_IMPORT && out[i.at + 2..i.at + i.len] == string_words("GLSL.std.450")[..])
+        .map(|i| out[i.at + 1])
+        .collect();
+    // Each unpack's result and the word it unpacks.
+    let unpacked: crate::hash::FastMap<u32, u32> = insts
+        .iter()
+        .filter(|i| i.opcode == op::EXT_INST && i.len == 6)
+        .filter(|i| glsl.contains(&out[i.at + 3]) && out[i.at + 4] == UNPACK_HALF_2X16)
+        .map(|i| (out[i.at + 2], out[i.at + 5]))
+        .collect();
+    for i in insts {
+        let w = &mut out[i.at..i.at + i.len];
+        if i.opcode == op::F_CONVERT && i.len == 4 && halfish.contains(&w[1]) {
+            if let Some(&word) = unpacked.get(&w[3]) {
+                w[0] = (4 << 16) | u32::from(op::BITCAST);
+                w[3] = word;
+            }
+        }
+    }
+    // Nothing else may read an unpacked pair (it would read f16 values): ids among the operands of everything but
+    // declarations, names and decorations.
+    let skip = [op::NAME, op::DECORATE, op::MEMBER_DECORATE, op::CONSTANT, op::EXT_INST_IMPORT];
+    for i in insts.iter().filter(|i| !skip.contains(&i.opcode) && !(19..=39).contains(&i.opcode)) {
+        let operands = if i.opcode == op::EXT_INST { i.at + 5 } else { i.at + 1 };
+        if let Some(id) = out[operands..i.at + i.len].iter().find(|w| unpacked.contains_key(w)) {
+            return Err(format!("an unpacked pair %{id} is read by opcode {}, not converted to halves", i.opcode));
+        }
+    }
+    Ok(())
 }
 
 /// Decorates every float operation's result `NoContraction`, so the driver rounds each as written (no fused

@@ -24,8 +24,15 @@ fn product(dt: DType, m: usize, k: usize, n: usize, act: Option<UnaryOp>) -> Ker
     kernels[0].clone()
 }
 
-const CORES: Target =
-    Target { subgroups: true, f16: true, coop: true, bf16_coop: true, int64: false, coop_triangles: false };
+const CORES: Target = Target {
+    subgroups: true,
+    f16: true,
+    coop: true,
+    bf16_coop: true,
+    int64: false,
+    coop_triangles: false,
+    coop_slab: 2,
+};
 
 #[test]
 fn bf16_products_take_the_tensor_core_kernel_only_on_the_spirv_path() {
@@ -34,10 +41,14 @@ fn bf16_products_take_the_tensor_core_kernel_only_on_the_spirv_path() {
     assert!(crate::backend::wgpu::codegen::uses_coop(&k, &mm, &CORES));
     assert!(!crate::backend::wgpu::codegen::uses_coop(&k, &mm, &Target { bf16_coop: false, ..CORES }));
     let edits = crate::backend::wgpu::codegen::edits(std::slice::from_ref(&k), &CORES, Mode::Hot);
-    assert_eq!(edits, Some(Edits { bf16: true, exact: false }), "a bf16 tensor-core product must go through SPIR-V");
+    assert_eq!(
+        edits,
+        Some(Edits { bf16: true, ..Edits::default() }),
+        "a bf16 tensor-core product must go through SPIR-V"
+    );
     // Even with the path "off" in mode: its source means nothing as WGSL.
     let off = crate::backend::wgpu::codegen::edits(std::slice::from_ref(&k), &CORES, Mode::Off);
-    assert_eq!(off, Some(Edits { bf16: true, exact: false }));
+    assert_eq!(off, Some(Edits { bf16: true, ..Edits::default() }));
     // A bf16 product with an f16 anywhere in its kernel stays tiled: the edit would retype that f16 too.
     let mut g = Graph::default();
     let a = g.add(NodeOp::Data(vec![0; 256 * 128 * 2]), Shape::from([256, 128]), DType::BF16);
@@ -47,18 +58,16 @@ fn bf16_products_take_the_tensor_core_kernel_only_on_the_spirv_path() {
     let mixed = plan(&g, &[h], &Options::TEST).kernels[0].clone();
     let Kind::Matmul(mm) = mixed.kind else { panic!("a product") };
     assert!(!crate::backend::wgpu::codegen::uses_coop(&mixed, &mm, &CORES), "an f16 output keeps it tiled");
-    let f16 = product(DType::F16, 256, 128, 256, None);
-    assert_eq!(crate::backend::wgpu::codegen::edits(&[f16], &CORES, Mode::Hot), None, "f16 stays on WGSL");
 }
 
 #[test]
 fn the_bf16_edit_retypes_the_half_float_and_declares_the_extension() {
-    for act in [None, Some(UnaryOp::Relu)] {
+    for (act, coop_slab) in [(None, 1), (Some(UnaryOp::Relu), 2), (None, 4)] {
         let k = product(DType::BF16, 200, 72, 100, act);
-        let src = generate(&k, &CORES);
+        let src = generate(&k, &Target { coop_slab, ..CORES });
         validate(&src);
-        assert!(src.contains("bitcast<f32>(v[w] << 16u)") && !src.contains("unpack2x16float(v[w])"), "{src}");
-        let m = compile(&src, Edits { bf16: true, exact: false }, (1, 6), true).expect("compiles");
+        assert!(src.contains("vec2<f16>(unpack2x16float(x))"), "{src}");
+        let m = compile(&src, Edits { bf16: true, ..Edits::default() }, (1, 6), true).expect("compiles");
         let ops = opcodes(&m.words);
         let halves: Vec<_> = ops.iter().filter(|(o, w)| *o == 22 && w[1] == 16).collect();
         assert_eq!(halves.len(), 1, "one 16-bit float type");
@@ -70,7 +79,34 @@ fn the_bf16_edit_retypes_the_half_float_and_declares_the_extension() {
         let last_cap = ops.iter().rposition(|(o, _)| *o == 17).unwrap();
         assert!(last_cap < first_ext, "capabilities before extensions");
         assert!(ops.iter().any(|(o, _)| *o == 4459), "cooperative multiply-adds");
+        // The slabs take each word's bits as a pair of bf16 values.
+        assert_pairs_are_bits(&ops, halves[0].1[0]);
     }
+}
+
+/// A bitcast of a word to a pair of `half` (type id), and no unpacked pair converted.
+fn assert_pairs_are_bits(ops: &[(u16, Vec<u32>)], half: u32) {
+    let unpacked: Vec<u32> = ops.iter().filter(|(o, w)| *o == 12 && w[3] == 62).map(|(_, w)| w[1]).collect();
+    assert!(!unpacked.is_empty(), "the slab stores unpack words");
+    assert!(!ops.iter().any(|(o, w)| *o == 115 && unpacked.contains(&w[2])), "an unpacked pair converted");
+    let pair = ops.iter().find(|(o, w)| *o == 23 && w[1] == half && w[2] == 2).expect("a pair type");
+    assert!(ops.iter().any(|(o, w)| *o == 124 && w[0] == pair.1[0]), "words bitcast to pairs");
+}
+
+#[test]
+fn f16_tensor_core_products_take_the_spirv_path_to_stage_words_as_they_are() {
+    use crate::backend::wgpu::codegen::edits;
+    let k = product(DType::F16, 256, 64, 128, Some(UnaryOp::Relu));
+    let hot = edits(std::slice::from_ref(&k), &CORES, Mode::Hot);
+    assert_eq!(hot, Some(Edits { bits: true, ..Edits::default() }));
+    assert_eq!(edits(std::slice::from_ref(&k), &CORES, Mode::All), hot);
+    assert_eq!(edits(std::slice::from_ref(&k), &CORES, Mode::Off), None, "LAZOR_SPIRV=0: WGSL's");
+    let tiled = Target { coop: false, ..CORES };
+    assert_eq!(edits(std::slice::from_ref(&k), &tiled, Mode::Hot), None, "tiled f16 products stay WGSL's");
+    let m = compile(&generate(&k, &CORES), hot.unwrap(), (1, 6), true).expect("compiles");
+    let ops = opcodes(&m.words);
+    let half = ops.iter().find(|(o, w)| *o == 22 && w[1] == 16).expect("f16").1[0];
+    assert_pairs_are_bits(&ops, half);
 }
 
 #[test]
@@ -79,7 +115,7 @@ fn the_bf16_edit_refuses_a_module_that_computes_in_f16() {
                @compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>) {\n\
                let h = f16(a[g.x]) * f16(3.0);\n    a[g.x] = f32(h);\n}";
     assert!(compile(src, Edits::default(), (1, 6), false).is_ok());
-    let err = compile(src, Edits { bf16: true, exact: false }, (1, 6), false).err().expect("refused");
+    let err = compile(src, Edits { bf16: true, ..Edits::default() }, (1, 6), false).err().expect("refused");
     assert!(err.contains("16-bit float"), "{err}");
 }
 
@@ -93,7 +129,7 @@ fn exact_kernels_decorate_every_float_operation_no_contraction() {
     let k = plan(&g, &[w], &Options::TEST).kernels[0].clone();
     let src = generate(&k, &Target::default());
     let plain = compile(&src, Edits::default(), (1, 3), false).unwrap();
-    let exact = compile(&src, Edits { bf16: false, exact: true }, (1, 3), false).unwrap();
+    let exact = compile(&src, Edits { exact: true, ..Edits::default() }, (1, 3), false).unwrap();
     let arithmetic: Vec<u32> =
         opcodes(&plain.words).iter().filter(|(o, _)| [129, 133, 142].contains(o)).map(|(_, w)| w[1]).collect();
     assert!(!arithmetic.is_empty());
