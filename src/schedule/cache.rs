@@ -39,21 +39,27 @@ struct Template {
 }
 
 impl Template {
-    /// The kernels with the constants of the realize ordered as `order`: shared when they are the template's.
-    fn kernels(&self, graph: &Graph, order: &[NodeId]) -> Arc<[Kernel]> {
+    /// The kernels with the constants of the realize ordered as `order`, shared with the template, which keeps the
+    /// latest constants: where they changed, written in place if no earlier plan still holds the kernels (a loop
+    /// whose position or step count changes every realize copies nothing), else into a copy that the template
+    /// keeps from then on. Also says whether the constants changed.
+    fn kernels(&mut self, graph: &Graph, order: &[NodeId]) -> (Arc<[Kernel]>, bool) {
         let value = |place: u32| match graph.node(order[place as usize]).op {
             NodeOp::Const(bits) => bits,
             _ => unreachable!("the key places a constant there"),
         };
         let differs = |&(k, p, place): &(usize, usize, u32)| self.kernels[k].params[p] != value(place);
-        if !self.consts.iter().any(differs) {
-            return self.kernels.clone();
+        let changed = self.consts.iter().any(differs);
+        if changed {
+            if Arc::get_mut(&mut self.kernels).is_none() {
+                self.kernels = self.kernels.to_vec().into();
+            }
+            let kernels = Arc::get_mut(&mut self.kernels).expect("held by the template alone");
+            for &(k, p, place) in &self.consts {
+                kernels[k].params[p] = value(place);
+            }
         }
-        let mut kernels = self.kernels.to_vec();
-        for &(k, p, place) in &self.consts {
-            kernels[k].params[p] = value(place);
-        }
-        kernels.into()
+        (self.kernels.clone(), changed)
     }
 }
 
@@ -92,9 +98,10 @@ impl PlanCache {
                     Slot { node, bytes, source }
                 })
                 .collect();
+            let (kernels, changed) = t.kernels(graph, &order);
             let plan = Plan {
                 slots,
-                kernels: t.kernels(graph, &order),
+                kernels,
                 frees: t.frees.clone(),
                 outputs: t.outputs.iter().map(node).collect(),
                 empty: t.empty.iter().map(node).collect(),
@@ -102,7 +109,7 @@ impl PlanCache {
             };
             // Debug builds check the rule a rewritten plan rests on: a constant's value changes nothing but the
             // parameters it fills. A scheduler that ever decides something by a constant's value fails here.
-            if cfg!(debug_assertions) && !Arc::ptr_eq(&plan.kernels, &t.kernels) {
+            if cfg!(debug_assertions) && changed {
                 let fresh = plan_ordered(graph, unique, &seen, &order, &donors, opts);
                 let (reused, fresh) = (without_consts(&plan.kernels), without_consts(&fresh.kernels));
                 assert_eq!(reused, fresh, "lazor: a reused plan with new constants");
@@ -274,12 +281,21 @@ mod tests {
         assert!(hit, "a new constant is the same structure");
         let order = toposort::toposort(&g, &[second]);
         assert_eq!(by_place(&p2, &order), by_place(&super::super::plan(&g, &[second], &FUSE), &order));
-        assert!(!Arc::ptr_eq(&p1.kernels, &p2.kernels), "the parameters were rewritten in a copy");
-        assert!(p1.kernels[0].params.contains(&1e-5f32.to_bits()) && p2.kernels[0].params.contains(&1e-3f32.to_bits()));
-        // The template keeps its own constants: the first structure's values come back unchanged and shared.
-        let third = layer_norm(&mut g, x, 1e-5);
-        let (p3, hit) = cache.plan(&g, &[third], &FUSE);
-        assert!(hit && Arc::ptr_eq(&p1.kernels, &p3.kernels));
+        assert!(!Arc::ptr_eq(&p1.kernels, &p2.kernels), "the parameters were rewritten in a copy: p1 holds its own");
+        let holds = |p: &Plan, eps: f32| p.kernels[0].params.contains(&eps.to_bits());
+        assert!(holds(&p1, 1e-5) && holds(&p2, 1e-3));
+        // The same constants again: the template's kernels, shared.
+        let again = layer_norm(&mut g, x, 1e-3);
+        let (p3, hit) = cache.plan(&g, &[again], &FUSE);
+        assert!(hit && Arc::ptr_eq(&p2.kernels, &p3.kernels));
+        // Once no plan holds them, new constants are written into the template's kernels in place.
+        let at = Arc::as_ptr(&p3.kernels);
+        drop((p1, p2, p3));
+        let fourth = layer_norm(&mut g, x, 1e-2);
+        let (p4, hit) = cache.plan(&g, &[fourth], &FUSE);
+        assert!(hit && std::ptr::eq(Arc::as_ptr(&p4.kernels), at) && holds(&p4, 1e-2), "rewritten in place");
+        let order = toposort::toposort(&g, &[fourth]);
+        assert_eq!(by_place(&p4, &order), by_place(&super::super::plan(&g, &[fourth], &FUSE), &order));
     }
 
     #[test]
