@@ -730,6 +730,8 @@ fn bf16_products_on_tensor_cores_and_tiles() {
 fn triangular_products_on_tensor_cores_and_tiles() {
     use lazor::half::bf16;
     let must = std::env::var("LAZOR_TEST_TENSOR_CORES").is_ok_and(|v| v.trim() == "1");
+    // `LAZOR_COOP_TRIANGLES` as the library reads it.
+    let triangles_on_cores = std::env::var("LAZOR_COOP_TRIANGLES").is_ok_and(|v| v.trim() != "0");
     // As the f16 and bf16 tests check: the device and the reference round the f32 sum once.
     let check = |t: &Tensor, k: usize, what: &str| {
         let want: Vec<f32> = lazor::reference::eval(&[&t.to_dtype(DType::F32)]).pop().unwrap();
@@ -771,6 +773,13 @@ fn triangular_products_on_tensor_cores_and_tiles() {
                         check(&at.matmul_tri(&b, tri), k, &format!("{what}, A transposed"));
                     }
                 }
+                // Which kernel ran: tensor cores only where the device has them for the type and the knob is on.
+                let (a, b) = (rand(&mut rng, &[128, 128]), rand(&mut rng, &[128, 128]));
+                let profile = dev.profile(|| a.matmul_tri(&b, Tri::Causal).realize().unwrap());
+                let names: Vec<&str> = profile.kernels().iter().map(|k| k.name.as_str()).collect();
+                assert_eq!(names.len(), 1, "{names:?}");
+                let want = on && triangles_on_cores;
+                assert_eq!(names[0].ends_with(" [tensor cores]"), want, "{dtype} ({path}): {names:?}");
             }
         }
         if let Some(gpu) = dev.wgpu() {
