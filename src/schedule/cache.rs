@@ -69,7 +69,7 @@ pub struct PlanCache {
     plans: FastMap<Vec<u64>, Template>,
     /// The key being built, kept to reuse its allocation.
     key: Vec<u64>,
-    place: FastMap<NodeId, u32>,
+    place: super::Places,
     clock: u64,
 }
 
@@ -126,7 +126,7 @@ impl PlanCache {
                 self.plans.remove(&k);
             }
         }
-        let place = |id: &NodeId| self.place[id];
+        let place = |id: &NodeId| self.place[*id];
         let template = Template {
             slots: plan
                 .slots
@@ -200,9 +200,9 @@ impl PlanCache {
             key.push((node.dtype as u64) << 32 | u64::from(leaf) << 31 | donor << 30 | node.shape.ndim() as u64);
             key.extend(node.shape.dims().iter().map(|&d| d as u64));
             // Inputs come before their consumer in `order`, so each has its place already.
-            key.extend(node.op.inputs().iter().map(|i| u64::from(place[i])));
+            key.extend(node.op.inputs().iter().map(|&i| u64::from(place[i])));
         }
-        key.extend(outputs.iter().map(|o| u64::from(place[o])));
+        key.extend(outputs.iter().map(|&o| u64::from(place[o])));
         donors
     }
 }

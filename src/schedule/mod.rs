@@ -26,6 +26,9 @@ use crate::hash::{FastMap, FastSet};
 use crate::kernel::{Access, Instr, Kernel};
 use std::sync::Arc;
 
+/// Each node's place in a realize's order, by slot: no hashing for the lookups every node of a plan-cache key makes.
+pub(crate) type Places = slotmap::SecondaryMap<NodeId, u32>;
+
 /// Where the value of a plan slot comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -333,7 +336,7 @@ fn depths(kernels: &[Kernel], writer: &FastMap<usize, usize>) -> Vec<usize> {
 /// such leaves; anything a caller still holds is not.
 #[cfg(test)]
 pub fn donors(graph: &Graph, order: &[NodeId], outputs: &FastSet<NodeId>) -> FastSet<NodeId> {
-    let place: FastMap<NodeId, u32> = order.iter().enumerate().map(|(p, &id)| (id, p as u32)).collect();
+    let place: Places = order.iter().enumerate().map(|(p, &id)| (id, p as u32)).collect();
     donors_placed(graph, order, outputs, &place)
 }
 
@@ -345,7 +348,7 @@ pub(super) fn donors_placed(
     graph: &Graph,
     order: &[NodeId],
     outputs: &FastSet<NodeId>,
-    place: &FastMap<NodeId, u32>,
+    place: &Places,
 ) -> FastSet<NodeId> {
     // Per place: reads by nodes of the realize, and whether a reader keeps its inputs after it.
     let mut reads = vec![0u32; order.len()];
@@ -362,7 +365,7 @@ pub(super) fn donors_placed(
         // Whether this node lets go of its inputs after the realize.
         let drops = output || (unheld && readers_drop);
         for i in node.op.inputs() {
-            let q = place[&i] as usize;
+            let q = place[i] as usize;
             reads[q] += 1;
             kept[q] |= !drops;
         }

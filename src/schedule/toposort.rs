@@ -1,22 +1,22 @@
 //! Orders the part of the graph that a realize needs, inputs before consumers, without recursion.
 
 use crate::graph::{Graph, NodeId};
-use crate::hash::FastSet;
 
 /// Every node reachable from `roots`, each after all of its inputs. Iterative depth-first search, so a chain of any
 /// length fits in heap memory rather than on the stack.
 pub fn toposort(graph: &Graph, roots: &[NodeId]) -> Vec<NodeId> {
-    let mut visited: FastSet<NodeId> = FastSet::default();
+    // Visited nodes by slot: no hashing per node.
+    let mut visited: slotmap::SecondaryMap<NodeId, ()> = slotmap::SecondaryMap::new();
     let mut order = Vec::new();
     // (node, its inputs are done): a node is pushed again, marked done, beneath its inputs.
     let mut stack: Vec<(NodeId, bool)> = roots.iter().rev().map(|&r| (r, false)).collect();
     while let Some((id, done)) = stack.pop() {
         if done {
             order.push(id);
-        } else if visited.insert(id) {
+        } else if visited.insert(id, ()).is_none() {
             stack.push((id, true));
             for input in graph.node(id).op.inputs().into_iter().rev() {
-                if !visited.contains(&input) {
+                if !visited.contains_key(input) {
                     stack.push((input, false));
                 }
             }
