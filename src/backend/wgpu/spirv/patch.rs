@@ -148,7 +148,7 @@ pub fn bf16(words: &[u32]) -> Result<Vec<u32>, String> {
         }
     }
     let mut out = words.to_vec();
-    as_bits(&insts, &mut out, &halfish)?;
+    as_bits(&insts, &mut out, &halfish, true)?;
     // `OpTypeFloat %id 16` -> `OpTypeFloat %id 16 BFloat16KHR`, in place of the old one.
     let typed = encode(op::TYPE_FLOAT, &[half_id, 16, FP_ENCODING_BF16]);
     out.splice(half.at..half.at + 3, typed);
@@ -181,16 +181,16 @@ fn built_on(words: &[u32], insts: &[Inst], base: u32) -> std::collections::HashS
 }
 
 /// The f16 kernel's pairs of halves unpacked from words taken as the words' bits, as [`bf16`] does (no conversion
-/// instructions; for f16 the values are the same).
+/// instructions; for f16 the values are the same, so other reads of unpacked words, as a checked octet's, stay).
 ///
 /// # Errors
-/// Where the module has no 16-bit float, or reads an unpacked pair otherwise.
+/// Where the module has no 16-bit float.
 pub fn half_bits(words: &[u32]) -> Result<Vec<u32>, String> {
     let insts = instructions(words)?;
     let half = insts.iter().find(|i| i.opcode == op::TYPE_FLOAT && i.len == 3 && words[i.at + 2] == 16);
     let half_id = words[half.ok_or("no 16-bit float type")?.at + 1];
     let mut out = words.to_vec();
-    as_bits(&insts, &mut out, &built_on(words, &insts, half_id))?;
+    as_bits(&insts, &mut out, &built_on(words, &insts, half_id), false)?;
     Ok(out)
 }
 
@@ -200,8 +200,14 @@ pub fn half_bits(words: &[u32]) -> Result<Vec<u32>, String> {
 /// stages them so); as f16 unpacked and converted they would be rounded as f16.
 ///
 /// # Errors
-/// Where an unpacked pair is used any other way: the module is not the shape this edit expects.
-fn as_bits(insts: &[Inst], out: &mut [u32], halfish: &std::collections::HashSet<u32>) -> Result<(), String> {
+/// With `strict` (bf16), where an unpacked pair is used any other way: the module is not the shape this edit
+/// expects.
+fn as_bits(
+    insts: &[Inst],
+    out: &mut [u32],
+    halfish: &std::collections::HashSet<u32>,
+    strict: bool,
+) -> Result<(), String> {
     let glsl: Vec<u32> = insts
         .iter()
         .filter(|i| i.opcode == op::EXT_INST_IMPORT && out[i.at + 2..i.at + i.len] == string_words("GLSL.std.450")[..])
@@ -222,6 +228,9 @@ fn as_bits(insts: &[Inst], out: &mut [u32], halfish: &std::collections::HashSet<
                 w[3] = word;
             }
         }
+    }
+    if !strict {
+        return Ok(());
     }
     // Nothing else may read an unpacked pair (it would read f16 values): ids among the operands of everything but
     // declarations, names and decorations.

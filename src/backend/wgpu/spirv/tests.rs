@@ -107,6 +107,11 @@ fn f16_tensor_core_products_take_the_spirv_path_to_stage_words_as_they_are() {
     let ops = opcodes(&m.words);
     let half = ops.iter().find(|(o, w)| *o == 22 && w[1] == 16).expect("f16").1[0];
     assert_pairs_are_bits(&ops, half);
+    // Odd sizes check each octet and unpack its words to pick halves: the edit leaves those reads alone.
+    let odd = product(DType::F16, 200, 72, 100, None);
+    let src = generate(&odd, &CORES);
+    assert!(src.contains("let pair = unpack2x16float("), "a checked octet");
+    compile(&src, Edits { bits: true, ..Edits::default() }, (1, 6), true).expect("not refused");
 }
 
 #[test]
