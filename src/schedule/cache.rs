@@ -51,10 +51,7 @@ impl Template {
         let differs = |&(k, p, place): &(usize, usize, u32)| self.kernels[k].params[p] != value(place);
         let changed = self.consts.iter().any(differs);
         if changed {
-            if Arc::get_mut(&mut self.kernels).is_none() {
-                self.kernels = self.kernels.to_vec().into();
-            }
-            let kernels = Arc::get_mut(&mut self.kernels).expect("held by the template alone");
+            let kernels = Arc::make_mut(&mut self.kernels);
             for &(k, p, place) in &self.consts {
                 kernels[k].params[p] = value(place);
             }

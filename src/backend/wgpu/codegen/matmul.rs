@@ -366,20 +366,21 @@ fn coop_body(fm: u32, fn_: u32, a_along_k: bool, b_along_k: bool, sw: u32) -> St
 /// wider the element, the fewer and wider the workgroup stores (8 of 2 bytes, 4 of 4, or 2 of 8 an octet), and the
 /// cooperative loads read the same array, their stride counted in its elements.
 fn slabs(sw: u32) -> String {
-    let (element, store) = match sw {
-        2 => ("vec2<f16>", "for (var w = 0u; w < 4u; w++) { S[at / 2u + w] = halves(v[w]); }"),
+    let (sw, element, store) = match sw {
+        2 => (2, "vec2<f16>", "for (var w = 0u; w < 4u; w++) { S[at / 2u + w] = halves(v[w]); }"),
         4 => (
+            4,
             "vec4<f16>",
             "S[at / 4u] = vec4<f16>(halves(v.x), halves(v.y));\n    \
              S[at / 4u + 1u] = vec4<f16>(halves(v.z), halves(v.w));",
         ),
         _ => (
+            1,
             "f16",
             "for (var w = 0u; w < 4u; w++) {\n        let h = halves(v[w]);\n        \
              S[at + 2u * w] = h.x;\n        S[at + 2u * w + 1u] = h.y;\n    }",
         ),
     };
-    let sw = if sw == 2 || sw == 4 { sw } else { 1 };
     // An octet's word as two halves (for bf16 bits, the bits themselves on the SPIR-V path: see `coop_body`).
     let mut out =
         format!("const SW: u32 = {sw}u;\nfn halves(x: u32) -> vec2<f16> {{ return vec2<f16>(unpack2x16float(x)); }}\n");

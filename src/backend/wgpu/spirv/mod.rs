@@ -16,7 +16,7 @@ pub struct Edits {
     pub bf16: bool,
     /// Its float arithmetic is rounded as written ([`patch::no_contraction`]).
     pub exact: bool,
-    /// Its f16 pairs unpacked from words are the words' bits ([`patch::half_bits`]; [`patch::bf16`] does it too).
+    /// Its f16 pairs unpacked from words are the words' bits ([`patch::words_as_bits`]; a bf16 kernel's always are).
     pub bits: bool,
 }
 
@@ -70,11 +70,12 @@ pub fn compile(wgsl: &str, edits: Edits, lang: (u8, u8), trusted: bool) -> Resul
     };
     let pipeline = spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: entry.name.clone() };
     let mut words = spv::write_vec(&module, &info, &options, Some(&pipeline)).map_err(|e| e.to_string())?;
+    // bf16 kernels stage their words as bits too: their values depend on it.
+    if edits.bits || edits.bf16 {
+        words = patch::words_as_bits(&words, edits.bf16)?;
+    }
     if edits.bf16 {
         words = patch::bf16(&words)?;
-    }
-    if edits.bits && !edits.bf16 {
-        words = patch::half_bits(&words)?;
     }
     if edits.exact {
         words = patch::no_contraction(&words)?;

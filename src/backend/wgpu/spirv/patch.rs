@@ -5,10 +5,10 @@
 /// Opcodes this file reads or writes (SPIR-V 1.6 unified specification, section 3.52).
 mod op {
     pub const NAME: u16 = 5;
+    pub const EXTENSION: u16 = 10;
     pub const EXT_INST_IMPORT: u16 = 11;
     pub const EXT_INST: u16 = 12;
     pub const CONSTANT: u16 = 43;
-    pub const EXTENSION: u16 = 10;
     pub const CAPABILITY: u16 = 17;
     pub const TYPE_FLOAT: u16 = 22;
     pub const TYPE_VECTOR: u16 = 23;
@@ -110,12 +110,11 @@ fn splice(words: &[u32], mut insert: Vec<(usize, Vec<u32>)>) -> Vec<u32> {
 /// # Errors
 /// Where the module has no 16-bit float, or does anything with one but move or convert it (load, store, bitcast,
 /// compose, convert, pass to or return from a function, cooperative load and multiply-add): bf16 has no
-/// arithmetic, and an f16 computation must not be silently retyped. (A conversion to f16 becomes one to bf16: the kernel converts values that are bf16 already.)
+/// arithmetic, and an f16 computation must not be silently retyped. (A conversion to f16 becomes one to bf16: the
+/// kernel converts values that are bf16 already; [`words_as_bits`] goes first, so staged words are not converted.)
 pub fn bf16(words: &[u32]) -> Result<Vec<u32>, String> {
     let insts = instructions(words)?;
-    let half: Vec<&Inst> =
-        insts.iter().filter(|i| i.opcode == op::TYPE_FLOAT && i.len == 3 && words[i.at + 2] == 16).collect();
-    let [half] = half[..] else { return Err("no 16-bit float type to retype".into()) };
+    let half = half_type(words, &insts)?;
     let half_id = words[half.at + 1];
     let halfish = built_on(words, &insts, half_id);
     // Every instruction with a result of such a type must only move bits.
@@ -148,7 +147,6 @@ pub fn bf16(words: &[u32]) -> Result<Vec<u32>, String> {
         }
     }
     let mut out = words.to_vec();
-    as_bits(&insts, &mut out, &halfish, true)?;
     // `OpTypeFloat %id 16` -> `OpTypeFloat %id 16 BFloat16KHR`, in place of the old one.
     let typed = encode(op::TYPE_FLOAT, &[half_id, 16, FP_ENCODING_BF16]);
     out.splice(half.at..half.at + 3, typed);
@@ -160,6 +158,14 @@ pub fn bf16(words: &[u32]) -> Result<Vec<u32>, String> {
     // Capabilities come first after the header, extensions right after them: both go after the last capability.
     let after_caps = insts.iter().filter(|i| i.opcode == op::CAPABILITY).map(|i| i.at + i.len).max().unwrap_or(HEADER);
     Ok(splice(&out, vec![(after_caps, caps)]))
+}
+
+/// The module's one 16-bit float type (naga declares each type once).
+fn half_type<'a>(words: &[u32], insts: &'a [Inst]) -> Result<&'a Inst, String> {
+    let half: Vec<&Inst> =
+        insts.iter().filter(|i| i.opcode == op::TYPE_FLOAT && i.len == 3 && words[i.at + 2] == 16).collect();
+    let [half] = half[..] else { return Err("no 16-bit float type".into()) };
+    Ok(half)
 }
 
 /// The types built on type `base` (vectors, arrays, pointers, matrices), transitively, and `base` itself: naga
@@ -180,47 +186,35 @@ fn built_on(words: &[u32], insts: &[Inst], base: u32) -> std::collections::HashS
     set
 }
 
-/// The f16 kernel's pairs of halves unpacked from words taken as the words' bits, as [`bf16`] does (no conversion
-/// instructions; for f16 the values are the same, so other reads of unpacked words, as a checked octet's, stay).
-///
-/// # Errors
-/// Where the module has no 16-bit float.
-pub fn half_bits(words: &[u32]) -> Result<Vec<u32>, String> {
-    let insts = instructions(words)?;
-    let half = insts.iter().find(|i| i.opcode == op::TYPE_FLOAT && i.len == 3 && words[i.at + 2] == 16);
-    let half_id = words[half.ok_or("no 16-bit float type")?.at + 1];
-    let mut out = words.to_vec();
-    as_bits(&insts, &mut out, &built_on(words, &insts, half_id), false)?;
-    Ok(out)
-}
-
 /// Turns each pair of halves made from a word's bits (`vec2<f16>(unpack2x16float(x))`: an `UnpackHalf2x16`
-/// converted to a half type) into those bits as they are (`OpBitcast`, in place: the same length), so the pair is
-/// the word's two bf16 values, with no conversion instruction. The kernel's words hold bf16 bits (`codegen::matmul`
-/// stages them so); as f16 unpacked and converted they would be rounded as f16.
+/// converted to a half type) into those bits as they are (`OpBitcast`, in place: the same length), with no
+/// conversion instruction. For f16 the values are the same. For bf16 (`strict`, before [`bf16`] retypes the
+/// module) it is what makes them right: the kernel's words hold bf16 bits (`codegen::matmul` stages them so),
+/// which unpacked and converted would be read as f16.
 ///
 /// # Errors
-/// With `strict` (bf16), where an unpacked pair is used any other way: the module is not the shape this edit
-/// expects.
-fn as_bits(
-    insts: &[Inst],
-    out: &mut [u32],
-    halfish: &std::collections::HashSet<u32>,
-    strict: bool,
-) -> Result<(), String> {
+/// Where the module has no 16-bit float; with `strict`, also where an unpacked pair is used any other way (it
+/// would be read as f16): the module is not the shape this edit expects. Without it other reads stay, as a
+/// checked octet's in an f16 kernel.
+pub fn words_as_bits(words: &[u32], strict: bool) -> Result<Vec<u32>, String> {
+    let insts = instructions(words)?;
+    let halfish = built_on(words, &insts, words[half_type(words, &insts)?.at + 1]);
+    let mut out = words.to_vec();
     let glsl: Vec<u32> = insts
         .iter()
-        .filter(|i| i.opcode == op::EXT_INST_IMPORT && out[i.at + 2..i.at + i.len] == string_words("GLSL.std.450")[..])
-        .map(|i| out[i.at + 1])
+        .filter(|i| {
+            i.opcode == op::EXT_INST_IMPORT && words[i.at + 2..i.at + i.len] == string_words("GLSL.std.450")[..]
+        })
+        .map(|i| words[i.at + 1])
         .collect();
     // Each unpack's result and the word it unpacks.
     let unpacked: crate::hash::FastMap<u32, u32> = insts
         .iter()
         .filter(|i| i.opcode == op::EXT_INST && i.len == 6)
-        .filter(|i| glsl.contains(&out[i.at + 3]) && out[i.at + 4] == UNPACK_HALF_2X16)
-        .map(|i| (out[i.at + 2], out[i.at + 5]))
+        .filter(|i| glsl.contains(&words[i.at + 3]) && words[i.at + 4] == UNPACK_HALF_2X16)
+        .map(|i| (words[i.at + 2], words[i.at + 5]))
         .collect();
-    for i in insts {
+    for i in &insts {
         let w = &mut out[i.at..i.at + i.len];
         if i.opcode == op::F_CONVERT && i.len == 4 && halfish.contains(&w[1]) {
             if let Some(&word) = unpacked.get(&w[3]) {
@@ -229,19 +223,18 @@ fn as_bits(
             }
         }
     }
-    if !strict {
-        return Ok(());
-    }
-    // Nothing else may read an unpacked pair (it would read f16 values): ids among the operands of everything but
-    // declarations, names and decorations.
-    let skip = [op::NAME, op::DECORATE, op::MEMBER_DECORATE, op::CONSTANT, op::EXT_INST_IMPORT];
-    for i in insts.iter().filter(|i| !skip.contains(&i.opcode) && !(19..=39).contains(&i.opcode)) {
-        let operands = if i.opcode == op::EXT_INST { i.at + 5 } else { i.at + 1 };
-        if let Some(id) = out[operands..i.at + i.len].iter().find(|w| unpacked.contains_key(w)) {
-            return Err(format!("an unpacked pair %{id} is read by opcode {}, not converted to halves", i.opcode));
+    if strict {
+        // Nothing else may read an unpacked pair: ids among the operands of everything but declarations, names and
+        // decorations.
+        let skip = [op::NAME, op::DECORATE, op::MEMBER_DECORATE, op::CONSTANT, op::EXT_INST_IMPORT];
+        for i in insts.iter().filter(|i| !skip.contains(&i.opcode) && !(19..=39).contains(&i.opcode)) {
+            let operands = if i.opcode == op::EXT_INST { i.at + 5 } else { i.at + 1 };
+            if let Some(id) = out[operands..i.at + i.len].iter().find(|w| unpacked.contains_key(w)) {
+                return Err(format!("an unpacked pair %{id} is read by opcode {}, not converted to halves", i.opcode));
+            }
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Decorates every float operation's result `NoContraction`, so the driver rounds each as written (no fused
