@@ -196,6 +196,7 @@ impl Engine {
         let job = |buffers| Job {
             buffers,
             kernels: &plan.kernels,
+            family: plan.family,
             frees: &plan.frees,
             keep: &keep,
             reads: &read_slots,

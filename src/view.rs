@@ -25,7 +25,13 @@ pub struct View {
 
 /// Row-major strides of `shape`, signed.
 pub fn contiguous_strides(shape: &Shape) -> Strides {
-    shape.contiguous_strides().iter().map(|&s| s as isize).collect()
+    let mut strides: Strides = smallvec::smallvec![0; shape.ndim()];
+    let mut acc = 1;
+    for (s, &d) in strides.iter_mut().zip(shape.dims()).rev() {
+        *s = acc;
+        acc *= d as isize;
+    }
+    strides
 }
 
 impl View {
@@ -50,8 +56,15 @@ impl View {
         if self.shape.numel() == 0 {
             return true;
         }
-        let cs = contiguous_strides(&self.shape);
-        self.offset == 0 && self.shape.dims().iter().zip(&self.strides).zip(&cs).all(|((&d, &s), &c)| d == 1 || s == c)
+        // Row-major strides, from the last axis, compared as they are made: this runs for every view built.
+        let mut row_major = 1;
+        for (&d, &s) in self.shape.dims().iter().zip(&self.strides).rev() {
+            if d != 1 && s != row_major {
+                return false;
+            }
+            row_major *= d as isize;
+        }
+        self.offset == 0
     }
 
     /// The view after applying `self` to the row-major space of `inner.shape`, then `inner`: one view from

@@ -45,6 +45,8 @@ pub(crate) struct Job<'a> {
     pub buffers: Vec<JobBuffer<'a>>,
     /// Kernels in order.
     pub kernels: &'a [Kernel],
+    /// [`crate::schedule::Plan::family`]: jobs of one family have kernels of the same structure.
+    pub family: Option<u64>,
     /// For each kernel, the buffers whose last reader it is: free once it has run.
     pub frees: &'a [Vec<usize>],
     /// Buffers that outlive the job (uploads and outputs): their keys come back in [`Done::kept`].

@@ -36,6 +36,14 @@ struct Template {
     outputs: Vec<u32>,
     empty: Vec<u32>,
     used: u64,
+    /// [`Plan::family`] of the plans made from it.
+    family: u64,
+}
+
+/// The next [`Plan::family`]: process-wide, so two devices' plans never share one.
+fn next_family() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Template {
@@ -103,6 +111,7 @@ impl PlanCache {
                 outputs: t.outputs.iter().map(node).collect(),
                 empty: t.empty.iter().map(node).collect(),
                 nodes: order.len(),
+                family: Some(t.family),
             };
             // Debug builds check the rule a rewritten plan rests on: a constant's value changes nothing but the
             // parameters it fills. A scheduler that ever decides something by a constant's value fails here.
@@ -113,7 +122,7 @@ impl PlanCache {
             }
             return (plan, true);
         }
-        let plan = plan_ordered(graph, unique, &seen, &order, &donors, opts);
+        let mut plan = plan_ordered(graph, unique, &seen, &order, &donors, opts);
         if self.key.len() > MAX_KEY_WORDS {
             return (plan, false);
         }
@@ -147,7 +156,9 @@ impl PlanCache {
             outputs: plan.outputs.iter().map(place).collect(),
             empty: plan.empty.iter().map(place).collect(),
             used: self.clock,
+            family: next_family(),
         };
+        plan.family = Some(template.family);
         self.plans.insert(self.key.clone(), template);
         (plan, false)
     }
@@ -263,6 +274,7 @@ mod tests {
         let order = toposort::toposort(&g, &[second]);
         assert_eq!(by_place(&p2, &order), by_place(&super::super::plan(&g, &[second], &FUSE), &order));
         assert!(Arc::ptr_eq(&p1.kernels, &p2.kernels), "kernels are shared, not rebuilt");
+        assert!(p1.family.is_some() && p1.family == p2.family, "one family: a backend keeps its pipelines");
         assert_eq!(cache.len(), 1);
     }
 
@@ -291,6 +303,7 @@ mod tests {
         let fourth = layer_norm(&mut g, x, 1e-2);
         let (p4, hit) = cache.plan(&g, &[fourth], &FUSE);
         assert!(hit && std::ptr::eq(Arc::as_ptr(&p4.kernels), at) && holds(&p4, 1e-2), "rewritten in place");
+        assert!(p4.family.is_some(), "other constants, the same family");
         let order = toposort::toposort(&g, &[fourth]);
         assert_eq!(by_place(&p4, &order), by_place(&super::super::plan(&g, &[fourth], &FUSE), &order));
     }
@@ -319,9 +332,11 @@ mod tests {
         let xy = bin(&mut g, BinaryOp::Add, x, y);
         let xx = bin(&mut g, BinaryOp::Add, x, x);
         let mut seen = Vec::new();
+        let mut families = crate::hash::FastSet::default();
         for outs in [vec![e1], vec![e2], vec![f0], vec![f1], vec![ei], vec![et], vec![xy], vec![xx], vec![e1, e2]] {
-            let (_, hit) = cache.plan(&g, &outs, &FUSE);
+            let (plan, hit) = cache.plan(&g, &outs, &FUSE);
             assert!(!hit, "{outs:?} after {seen:?}");
+            assert!(families.insert(plan.family.expect("a kept plan")), "another structure, another family");
             seen.push(outs);
         }
         let unfused = Options { fuse: false, ..FUSE };
@@ -364,7 +379,9 @@ mod tests {
             x = un(&mut g, UnaryOp::Neg, x);
         }
         assert!(!cache.plan(&g, &[x], &FUSE).1);
-        assert!(!cache.plan(&g, &[x], &FUSE).1, "a key past MAX_KEY_WORDS is not kept");
+        let (unkept, hit) = cache.plan(&g, &[x], &FUSE);
+        assert!(!hit, "a key past MAX_KEY_WORDS is not kept");
+        assert_eq!(unkept.family, None, "nor given a family");
         assert_eq!(cache.len(), 2);
     }
 

@@ -70,6 +70,10 @@ pub struct Plan {
     pub empty: Vec<NodeId>,
     /// Nodes the realize looked at.
     pub nodes: usize,
+    /// The plan cache's name for the structure of these kernels, shared by every plan reused from the same
+    /// template (they differ only in constants and buffers) and never given to another: a backend may keep what it
+    /// derives from the kernels' structure (their pipelines) under it. `None` for a plan the cache did not keep.
+    pub family: Option<u64>,
 }
 
 impl Plan {
@@ -290,6 +294,7 @@ fn plan_ordered(
         outputs: unique,
         empty,
         nodes: order.len(),
+        family: None,
     }
 }
 

@@ -146,7 +146,7 @@ impl Tensor {
         let shape = broadcast(self, &t)?;
         let shape =
             shape.broadcast(&f.shape).ok_or_else(|| Error::Broadcast { op, lhs: shape, rhs: f.shape.clone() })?;
-        let (t, f) = (t.cast_to(dt), f.cast_to(dt));
+        let (t, f) = (t.as_dtype(dt), f.as_dtype(dt));
         let out = Tensor::from_op(&self.device, NodeOp::Where(self.id, t.id, f.id), shape, dt);
         Ok(crate::autograd::record(out, &[self, &t, &f], |_| crate::autograd::Rule::Where {
             mask: self.detach(),

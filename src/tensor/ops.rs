@@ -22,9 +22,19 @@ impl Tensor {
 
     /// This tensor as `dt`: itself when it already is, else a cast node (which fuses into its consumers).
     pub(crate) fn cast_to(&self, dt: DType) -> Tensor {
+        self.as_dtype(dt).into_owned()
+    }
+
+    /// [`Tensor::cast_to`], borrowing `self` where no cast is needed: a handle cloned and dropped again costs
+    /// two trips through the device's graph, for each operand of every op.
+    pub(crate) fn as_dtype(&self, dt: DType) -> std::borrow::Cow<'_, Tensor> {
         if self.dtype == dt {
-            return self.clone();
+            return std::borrow::Cow::Borrowed(self);
         }
+        std::borrow::Cow::Owned(self.cast(dt))
+    }
+
+    fn cast(&self, dt: DType) -> Tensor {
         let out = Tensor::from_op(&self.device, NodeOp::Cast(self.id), self.shape.clone(), dt);
         record(out, &[self], |_| Rule::Cast { from: self.dtype })
     }
@@ -54,7 +64,7 @@ impl Tensor {
             return Err(Error::DType { op: op.name(), message: format!("not defined on {dt} tensors") });
         }
         let out = if op.is_compare() { DType::Bool } else { dt };
-        let (a, b) = (self.cast_to(dt), rhs.cast_to(dt));
+        let (a, b) = (self.as_dtype(dt), rhs.as_dtype(dt));
         let out = Tensor::from_op(&self.device, NodeOp::Binary(op, a.id, b.id), shape, out);
         Ok(record(out, &[&a, &b], |y| Rule::Binary { op, a: a.saved(), b: b.saved(), y }))
     }
@@ -79,7 +89,7 @@ impl Tensor {
         } else {
             return Err(Error::DType { op: op.name(), message: format!("not defined on {} tensors", self.dtype) });
         };
-        let x = self.cast_to(dt);
+        let x = self.as_dtype(dt);
         let out = Tensor::from_op(&self.device, NodeOp::Unary(op, x.id), self.shape.clone(), dt);
         Ok(record(out, &[&x], |y| Rule::Unary { op, x: x.saved(), y }))
     }

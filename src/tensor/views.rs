@@ -32,17 +32,18 @@ impl Tensor {
         if view.shape == self.shape && view.is_contiguous() {
             return self.clone();
         }
+        let shape = view.shape.clone();
         let op = {
             let state = self.device.state();
             match &state.graph.node(self.id).op {
                 NodeOp::View(inner, src) => match view.compose(inner) {
                     Some(v) => NodeOp::View(v, *src),
-                    None => NodeOp::View(view.clone(), self.id),
+                    None => NodeOp::View(view, self.id),
                 },
-                _ => NodeOp::View(view.clone(), self.id),
+                _ => NodeOp::View(view, self.id),
             }
         };
-        Tensor::from_op(&self.device, op, view.shape, self.dtype)
+        Tensor::from_op(&self.device, op, shape, self.dtype)
     }
 
     pub(crate) fn own_view(&self) -> View {

@@ -63,6 +63,44 @@ impl WgpuBackend {
         st.pipelines.get(&gpu.device, &wgsl, name, trusted, debug, stats)
     }
 
+    /// Each dispatch's pipeline (the kernels of `runs`), by their structure: looked up, else generated and
+    /// compiled.
+    fn pipelines(
+        &self,
+        st: &mut super::WgpuState,
+        kernels: &[crate::kernel::Kernel],
+        runs: &[std::ops::Range<usize>],
+        target: &codegen::Target,
+        debug: u32,
+        stats: &mut Stats,
+    ) -> Result<std::sync::Arc<[std::sync::Arc<super::pipelines::Compiled>]>> {
+        let gpu = &self.gpu;
+        let mut compiled = Vec::with_capacity(runs.len());
+        for run in runs {
+            let members = &kernels[run.clone()];
+            let key: Vec<codegen::Key> = members.iter().map(|k| codegen::Key::of(k, target)).collect();
+            let p = match st.pipelines.lookup(&key, stats) {
+                Some(p) => p,
+                None => {
+                    // Compiling can take long; what is held back runs meanwhile.
+                    self.flush(st);
+                    let wgsl = codegen::dispatch_source(members, target);
+                    let name = members.iter().map(|k| k.name()).collect::<Vec<_>>().join(" | ");
+                    // A matmul's indices are in range by construction: every load and store is guarded by the
+                    // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
+                    // Products run alone (`schedule/dispatch.rs`), so a shader of several kernels keeps its checks.
+                    let trusted =
+                        members.iter().all(|k| matches!(k.kind, crate::kernel::Kind::Matmul(_))) && !gpu.checked;
+                    let p = self.compile(st, members, target, wgsl, &name, trusted, debug, stats)?;
+                    st.pipelines.remember(key, p.clone());
+                    p
+                }
+            };
+            compiled.push(p);
+        }
+        Ok(compiled.into())
+    }
+
     pub(super) fn execute(&self, job: Job<'_>, stats: &mut Stats, debug: u32) -> Result<Done> {
         let gpu = &self.gpu;
         let mut guard = self.state();
@@ -76,36 +114,23 @@ impl WgpuBackend {
         // the batch, which may hold other realizes. Kernels joined into one dispatch share one pipeline.
         let target = self.target();
         let runs = crate::kernel::dispatches(job.kernels);
-        let mut compiled = Vec::with_capacity(runs.len());
-        for run in &runs {
-            let members = &job.kernels[run.clone()];
-            let key: Vec<codegen::Key> = members.iter().map(|k| codegen::Key::of(k, &target)).collect();
-            let p = match st.pipelines.lookup(&key, stats) {
-                Some(p) => p,
-                None => {
-                    // Compiling can take long; what is held back runs meanwhile.
-                    self.flush(st);
-                    let wgsl = codegen::dispatch_source(members, &target);
-                    let name = members.iter().map(|k| k.name()).collect::<Vec<_>>().join(" | ");
-                    // A matmul's indices are in range by construction: every load and store is guarded by the
-                    // sizes and every view was checked when it was made, so wgpu's own checks are redundant.
-                    // Products run alone (`schedule/dispatch.rs`), so a shader of several kernels keeps its checks.
-                    let trusted =
-                        members.iter().all(|k| matches!(k.kind, crate::kernel::Kind::Matmul(_))) && !gpu.checked;
-                    match self.compile(st, members, &target, wgsl, &name, trusted, debug, stats) {
-                        Ok(p) => {
-                            st.pipelines.remember(key, p.clone());
-                            p
-                        }
-                        Err(e) => {
-                            drop(scopes.pop());
-                            return Err(e);
-                        }
+        let known = job.family.and_then(|f| st.pipelines.family(f, runs.len(), stats));
+        let compiled = match known {
+            Some(compiled) => compiled,
+            None => {
+                let compiled = match self.pipelines(st, job.kernels, &runs, &target, debug, stats) {
+                    Ok(compiled) => compiled,
+                    Err(e) => {
+                        drop(scopes.pop());
+                        return Err(e);
                     }
+                };
+                if let Some(f) = job.family {
+                    st.pipelines.remember_family(f, compiled.clone());
                 }
-            };
-            compiled.push(p);
-        }
+                compiled
+            }
+        };
         let t_pipelines = t0.elapsed();
         let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
         // All kernels' parameters in one buffer, each at an aligned offset and bound whole 16-byte rows, as the
@@ -358,7 +383,7 @@ impl WgpuBackend {
             if !job.profile {
                 return Vec::new();
             }
-            let each = runs.iter().zip(&compiled).flat_map(|(run, c)| run.clone().map(move |n| (n, c.spirv)));
+            let each = runs.iter().zip(compiled.iter()).flat_map(|(run, c)| run.clone().map(move |n| (n, c.spirv)));
             each.filter(|&(n, spirv)| mark(n, spirv)).map(|(n, _)| n).collect()
         };
         let spirv = marked(&|_, spirv| spirv);
@@ -405,7 +430,15 @@ mod tests {
             .map(|s| JobBuffer { bytes: 1200, data: if s == input { Data::Upload(&words) } else { Data::Fresh } })
             .collect();
         let kernels = [k];
-        let job = Job { buffers, kernels: &kernels, frees: &[vec![]], keep: &[], reads: &[output], profile: false };
+        let job = Job {
+            buffers,
+            kernels: &kernels,
+            family: None,
+            frees: &[vec![]],
+            keep: &[],
+            reads: &[output],
+            profile: false,
+        };
         let mut stats = Stats::default();
         let done = backend.run(job, &mut stats, 0).expect("runs");
         let got = backend.take_read(done.reads[0]).expect("reads back");

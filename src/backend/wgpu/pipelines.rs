@@ -16,6 +16,9 @@ pub struct Compiled {
     pub spirv: bool,
 }
 
+/// More plan families than a device keeps plans (`schedule::cache::MAX_PLANS`), so a working set of plans stays.
+const MAX_FAMILIES: usize = 1024;
+
 /// Compiled compute pipelines by source, and by kernel structure in front of that, so a kernel seen before skips
 /// code generation as well as compilation.
 #[derive(Default)]
@@ -23,6 +26,9 @@ pub struct Pipelines {
     cache: FastMap<String, Arc<Compiled>>,
     /// By the structure of the kernels a dispatch runs (one, or several joined: `Kernel::joins`).
     by_key: FastMap<Vec<crate::backend::wgpu::codegen::Key>, Arc<Compiled>>,
+    /// Each dispatch's pipeline, in order, by the plan family of the job ([`crate::schedule::Plan::family`]): a
+    /// reused plan (a decode step, a training step) skips building every kernel's key and looking it up.
+    families: FastMap<u64, Arc<[Arc<Compiled>]>>,
     /// The driver's cache, kept on disk between processes, where the device has one.
     pub disk: Option<DiskCache>,
 }
@@ -33,6 +39,23 @@ impl Pipelines {
         let p = self.by_key.get(key)?;
         stats.pipeline_cache_hits += 1;
         Some(p.clone())
+    }
+
+    /// The pipelines of the `dispatches` dispatches of a job of plan family `family`, if a job of that family ran;
+    /// counted as cache hits.
+    pub fn family(&self, family: u64, dispatches: usize, stats: &mut Stats) -> Option<Arc<[Arc<Compiled>]>> {
+        let found = self.families.get(&family).filter(|c| c.len() == dispatches)?;
+        stats.pipeline_cache_hits += dispatches as u64;
+        Some(found.clone())
+    }
+
+    /// Remembers `compiled` as the pipelines of plan family `family`.
+    pub fn remember_family(&mut self, family: u64, compiled: Arc<[Arc<Compiled>]>) {
+        // Families of plans the plan cache let go are never asked for again: start over past a bound.
+        if self.families.len() >= MAX_FAMILIES {
+            self.families.clear();
+        }
+        self.families.insert(family, compiled);
     }
 
     /// Writes the driver's cache to disk, where there is one.
