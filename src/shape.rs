@@ -39,6 +39,13 @@ impl Shape {
     /// The shape two operands broadcast to under NumPy's rule (align on the right; each pair of extents must be
     /// equal or contain a 1), or `None` when they cannot.
     pub fn broadcast(&self, other: &Shape) -> Option<Shape> {
+        // Most operands of an elementwise op already agree, or one is a scalar constant.
+        if self == other || other.ndim() == 0 {
+            return Some(self.clone());
+        }
+        if self.ndim() == 0 {
+            return Some(other.clone());
+        }
         let n = self.ndim().max(other.ndim());
         let mut out: SmallVec<[usize; 4]> = SmallVec::with_capacity(n);
         for i in 0..n {

@@ -114,7 +114,7 @@ impl WgpuBackend {
         // the batch, which may hold other realizes. Kernels joined into one dispatch share one pipeline.
         let target = self.target();
         let runs = crate::kernel::dispatches(job.kernels);
-        let known = job.family.and_then(|f| st.pipelines.family(f, runs.len(), stats));
+        let known = job.family.and_then(|f| st.pipelines.family(f, &target, runs.len(), stats));
         let compiled = match known {
             Some(compiled) => compiled,
             None => {
@@ -126,7 +126,7 @@ impl WgpuBackend {
                     }
                 };
                 if let Some(f) = job.family {
-                    st.pipelines.remember_family(f, compiled.clone());
+                    st.pipelines.remember_family(f, target, compiled.clone());
                 }
                 compiled
             }

@@ -2,6 +2,7 @@
 
 use super::disk_cache::DiskCache;
 use super::gpu::Scopes;
+use crate::backend::wgpu::codegen::Target;
 use crate::error::{Error, Result};
 use crate::hash::FastMap;
 use crate::profile::Stats;
@@ -27,8 +28,9 @@ pub struct Pipelines {
     /// By the structure of the kernels a dispatch runs (one, or several joined: `Kernel::joins`).
     by_key: FastMap<Vec<crate::backend::wgpu::codegen::Key>, Arc<Compiled>>,
     /// Each dispatch's pipeline, in order, by the plan family of the job ([`crate::schedule::Plan::family`]): a
-    /// reused plan (a decode step, a training step) skips building every kernel's key and looking it up.
-    families: FastMap<u64, Arc<[Arc<Compiled>]>>,
+    /// reused plan (a decode step, a training step) skips building every kernel's key and looking it up. Kept with
+    /// the target they were generated for, which can change at run time (`set_subgroups`).
+    families: FastMap<u64, (Target, Arc<[Arc<Compiled>]>)>,
     /// The driver's cache, kept on disk between processes, where the device has one.
     pub disk: Option<DiskCache>,
 }
@@ -43,19 +45,25 @@ impl Pipelines {
 
     /// The pipelines of the `dispatches` dispatches of a job of plan family `family`, if a job of that family ran;
     /// counted as cache hits.
-    pub fn family(&self, family: u64, dispatches: usize, stats: &mut Stats) -> Option<Arc<[Arc<Compiled>]>> {
-        let found = self.families.get(&family).filter(|c| c.len() == dispatches)?;
+    pub fn family(
+        &self,
+        family: u64,
+        target: &Target,
+        dispatches: usize,
+        stats: &mut Stats,
+    ) -> Option<Arc<[Arc<Compiled>]>> {
+        let (_, found) = self.families.get(&family).filter(|(t, c)| t == target && c.len() == dispatches)?;
         stats.pipeline_cache_hits += dispatches as u64;
         Some(found.clone())
     }
 
     /// Remembers `compiled` as the pipelines of plan family `family`.
-    pub fn remember_family(&mut self, family: u64, compiled: Arc<[Arc<Compiled>]>) {
+    pub fn remember_family(&mut self, family: u64, target: Target, compiled: Arc<[Arc<Compiled>]>) {
         // Families of plans the plan cache let go are never asked for again: start over past a bound.
         if self.families.len() >= MAX_FAMILIES {
             self.families.clear();
         }
-        self.families.insert(family, compiled);
+        self.families.insert(family, (target, compiled));
     }
 
     /// Writes the driver's cache to disk, where there is one.
