@@ -73,7 +73,7 @@ impl WgpuBackend {
         target: &codegen::Target,
         debug: u32,
         stats: &mut Stats,
-    ) -> Result<std::sync::Arc<[std::sync::Arc<super::pipelines::Compiled>]>> {
+    ) -> Result<super::pipelines::Dispatches> {
         let gpu = &self.gpu;
         let mut compiled = Vec::with_capacity(runs.len());
         for run in runs {

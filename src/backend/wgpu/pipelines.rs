@@ -17,6 +17,9 @@ pub struct Compiled {
     pub spirv: bool,
 }
 
+/// Each dispatch's pipeline, in the order a job's dispatches run.
+pub type Dispatches = Arc<[Arc<Compiled>]>;
+
 /// More plan families than a device keeps plans (`schedule::cache::MAX_PLANS`), so a working set of plans stays.
 const MAX_FAMILIES: usize = 1024;
 
@@ -30,7 +33,7 @@ pub struct Pipelines {
     /// Each dispatch's pipeline, in order, by the plan family of the job ([`crate::schedule::Plan::family`]): a
     /// reused plan (a decode step, a training step) skips building every kernel's key and looking it up. Kept with
     /// the target they were generated for, which can change at run time (`set_subgroups`).
-    families: FastMap<u64, (Target, Arc<[Arc<Compiled>]>)>,
+    families: FastMap<u64, (Target, Dispatches)>,
     /// The driver's cache, kept on disk between processes, where the device has one.
     pub disk: Option<DiskCache>,
 }
@@ -45,20 +48,14 @@ impl Pipelines {
 
     /// The pipelines of the `dispatches` dispatches of a job of plan family `family`, if a job of that family ran;
     /// counted as cache hits.
-    pub fn family(
-        &self,
-        family: u64,
-        target: &Target,
-        dispatches: usize,
-        stats: &mut Stats,
-    ) -> Option<Arc<[Arc<Compiled>]>> {
+    pub fn family(&self, family: u64, target: &Target, dispatches: usize, stats: &mut Stats) -> Option<Dispatches> {
         let (_, found) = self.families.get(&family).filter(|(t, c)| t == target && c.len() == dispatches)?;
         stats.pipeline_cache_hits += dispatches as u64;
         Some(found.clone())
     }
 
     /// Remembers `compiled` as the pipelines of plan family `family`.
-    pub fn remember_family(&mut self, family: u64, target: Target, compiled: Arc<[Arc<Compiled>]>) {
+    pub fn remember_family(&mut self, family: u64, target: Target, compiled: Dispatches) {
         // Families of plans the plan cache let go are never asked for again: start over past a bound.
         if self.families.len() >= MAX_FAMILIES {
             self.families.clear();
