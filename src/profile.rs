@@ -179,6 +179,9 @@ pub struct Stats {
     pub pipelines_compiled: u64,
     /// Kernels whose pipeline came from the cache.
     pub pipeline_cache_hits: u64,
+    /// Of those, the ones served with a reused plan's kernels, by the plan cache's name for them: a repeated
+    /// realize takes all its pipelines at once, without a lookup per kernel. Always 0 on the CPU backend.
+    pub pipeline_family_hits: u64,
     /// Bytes written from host to device.
     pub bytes_uploaded: u64,
     /// Bytes read back from device to host.
@@ -224,6 +227,7 @@ impl Stats {
             plans_reused: grown(self.plans_reused, before.plans_reused),
             pipelines_compiled: grown(self.pipelines_compiled, before.pipelines_compiled),
             pipeline_cache_hits: grown(self.pipeline_cache_hits, before.pipeline_cache_hits),
+            pipeline_family_hits: grown(self.pipeline_family_hits, before.pipeline_family_hits),
             bytes_uploaded: grown(self.bytes_uploaded, before.bytes_uploaded),
             bytes_downloaded: grown(self.bytes_downloaded, before.bytes_downloaded),
             param_uploads: grown(self.param_uploads, before.param_uploads),

@@ -25,13 +25,7 @@ pub struct View {
 
 /// Row-major strides of `shape`, signed.
 pub fn contiguous_strides(shape: &Shape) -> Strides {
-    let mut strides: Strides = smallvec::smallvec![0; shape.ndim()];
-    let mut acc = 1;
-    for (s, &d) in strides.iter_mut().zip(shape.dims()).rev() {
-        *s = acc;
-        acc *= d as isize;
-    }
-    strides
+    shape.contiguous_strides().iter().map(|&s| s as isize).collect()
 }
 
 impl View {
@@ -56,6 +50,9 @@ impl View {
         if self.shape.numel() == 0 {
             return true;
         }
+        if self.offset != 0 {
+            return false;
+        }
         // Row-major strides, from the last axis, compared as they are made: this runs for every view built.
         let mut row_major = 1;
         for (&d, &s) in self.shape.dims().iter().zip(&self.strides).rev() {
@@ -64,7 +61,7 @@ impl View {
             }
             row_major *= d as isize;
         }
-        self.offset == 0
+        true
     }
 
     /// The view after applying `self` to the row-major space of `inner.shape`, then `inner`: one view from

@@ -97,6 +97,29 @@ fn pipelines_are_cached_on_structure_not_sizes_or_constants() {
 }
 
 #[test]
+fn a_reused_plan_takes_its_pipelines_at_once() {
+    for dev in devices() {
+        let run = |k: f32| {
+            let (a, b, c) = inputs(&dev, 1000, 3);
+            let d = (((&a + &b) * k - &c).exp() * &a).sum(-1) + 1.0;
+            check(&d, 1e-5, 1e-5, "sum of a chain");
+        };
+        run(0.5);
+        let before = dev.stats();
+        run(0.25);
+        let s = dev.stats().since(&before);
+        assert_eq!(s.plans_reused, 1, "the same structure with another constant");
+        if dev.is_cpu() {
+            assert_eq!(s.pipeline_family_hits, 0);
+        } else {
+            assert!(s.dispatches > 0);
+            assert_eq!(s.pipeline_family_hits, s.dispatches, "every dispatch's pipeline from the plan's family");
+            assert_eq!(s.pipelines_compiled, 0);
+        }
+    }
+}
+
+#[test]
 fn a_repeated_structure_is_planned_once_and_each_realize_reads_its_own_inputs() {
     for dev in devices() {
         let mut rng = Rng::new(7);

@@ -63,17 +63,22 @@ impl WgpuBackend {
         st.pipelines.get(&gpu.device, &wgsl, name, trusted, debug, stats)
     }
 
-    /// Each dispatch's pipeline (the kernels of `runs`), by their structure: looked up, else generated and
-    /// compiled.
+    /// Each dispatch's pipeline (the kernels of `runs`): those of the job's plan family where one ran before, else
+    /// each looked up by its structure, or generated and compiled, and kept for the family.
+    #[allow(clippy::too_many_arguments)]
     fn pipelines(
         &self,
         st: &mut super::WgpuState,
         kernels: &[crate::kernel::Kernel],
+        family: Option<u64>,
         runs: &[std::ops::Range<usize>],
         target: &codegen::Target,
         debug: u32,
         stats: &mut Stats,
     ) -> Result<super::pipelines::Dispatches> {
+        if let Some(known) = family.and_then(|f| st.pipelines.family(f, target, runs.len(), stats)) {
+            return Ok(known);
+        }
         let gpu = &self.gpu;
         let mut compiled = Vec::with_capacity(runs.len());
         for run in runs {
@@ -98,7 +103,11 @@ impl WgpuBackend {
             };
             compiled.push(p);
         }
-        Ok(compiled.into())
+        let compiled: super::pipelines::Dispatches = compiled.into();
+        if let Some(f) = family {
+            st.pipelines.remember_family(f, *target, compiled.clone());
+        }
+        Ok(compiled)
     }
 
     pub(super) fn execute(&self, job: Job<'_>, stats: &mut Stats, debug: u32) -> Result<Done> {
@@ -114,21 +123,11 @@ impl WgpuBackend {
         // the batch, which may hold other realizes. Kernels joined into one dispatch share one pipeline.
         let target = self.target();
         let runs = crate::kernel::dispatches(job.kernels);
-        let known = job.family.and_then(|f| st.pipelines.family(f, &target, runs.len(), stats));
-        let compiled = match known {
-            Some(compiled) => compiled,
-            None => {
-                let compiled = match self.pipelines(st, job.kernels, &runs, &target, debug, stats) {
-                    Ok(compiled) => compiled,
-                    Err(e) => {
-                        drop(scopes.pop());
-                        return Err(e);
-                    }
-                };
-                if let Some(f) = job.family {
-                    st.pipelines.remember_family(f, target, compiled.clone());
-                }
-                compiled
+        let compiled = match self.pipelines(st, job.kernels, job.family, &runs, &target, debug, stats) {
+            Ok(compiled) => compiled,
+            Err(e) => {
+                drop(scopes.pop());
+                return Err(e);
             }
         };
         let t_pipelines = t0.elapsed();

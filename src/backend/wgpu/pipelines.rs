@@ -51,6 +51,7 @@ impl Pipelines {
     pub fn family(&self, family: u64, target: &Target, dispatches: usize, stats: &mut Stats) -> Option<Dispatches> {
         let (_, found) = self.families.get(&family).filter(|(t, c)| t == target && c.len() == dispatches)?;
         stats.pipeline_cache_hits += dispatches as u64;
+        stats.pipeline_family_hits += dispatches as u64;
         Some(found.clone())
     }
 
